@@ -1,0 +1,174 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+var flagOptions = map[string]struct {
+	clear bool
+	flag  uintptr
+}{
+	"ro":          {false, unix.MS_RDONLY},
+	"rw":          {true, unix.MS_RDONLY},
+	"nosuid":      {false, unix.MS_NOSUID},
+	"nodev":       {false, unix.MS_NODEV},
+	"noexec":      {false, unix.MS_NOEXEC},
+	"noatime":     {false, unix.MS_NOATIME},
+	"relatime":    {false, unix.MS_RELATIME},
+	"bind":        {false, unix.MS_BIND},
+	"rbind":       {false, unix.MS_BIND | unix.MS_REC},
+	"remount":     {false, unix.MS_REMOUNT},
+	"private":     {false, unix.MS_PRIVATE},
+	"rprivate":    {false, unix.MS_PRIVATE | unix.MS_REC},
+	"slave":       {false, unix.MS_SLAVE},
+	"rslave":      {false, unix.MS_SLAVE | unix.MS_REC},
+	"sync":        {false, unix.MS_SYNCHRONOUS},
+	"strictatime": {false, unix.MS_STRICTATIME},
+}
+
+// parseOptions splits options into mount flags, the data string and whether
+// a loop device is wanted.
+func parseOptions(opts []string) (flags uintptr, data string, loop bool) {
+	var d []string
+	for _, o := range opts {
+		if o == "loop" {
+			loop = true
+			continue
+		}
+		if f, ok := flagOptions[o]; ok {
+			if f.clear {
+				flags &^= f.flag
+			} else {
+				flags |= f.flag
+			}
+			continue
+		}
+		d = append(d, o)
+	}
+	return flags, strings.Join(d, ","), loop
+}
+
+// All mounts ms in order; a Mount with an empty Target goes on root. On
+// error the mounts already made are undone.
+func All(ms []Mount, root string) error {
+	for i, m := range ms {
+		target := m.Target
+		if target == "" {
+			target = root
+		}
+		if err := m.Mount(target); err != nil {
+			for j := i - 1; j >= 0; j-- {
+				t := ms[j].Target
+				if t == "" {
+					t = root
+				}
+				_ = Unmount(t)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Mount performs m on target. Bind mounts with "ro" and other flags are
+// remounted after the bind, because MS_BIND ignores them.
+func (m Mount) Mount(target string) error {
+	flags, data, loop := parseOptions(m.Options)
+	source := m.Source
+	if loop {
+		dev, err := attachLoop(source, flags&unix.MS_RDONLY != 0)
+		if err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.Source, target, err)
+		}
+		// The device was attached with LO_FLAGS_AUTOCLEAR: it detaches when
+		// the mount goes away, and closing our fd here is what lets it.
+		defer dev.Close()
+		source = dev.Name()
+	}
+	if err := unix.Mount(source, target, m.Type, flags, data); err != nil {
+		if len(data) > 256 {
+			data = data[:256] + "..."
+		}
+		return fmt.Errorf("mount %s (%s, %q) on %s: %w", m.Source, m.Type, data, target, err)
+	}
+	const bindRemountable = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if flags&unix.MS_BIND != 0 && flags&bindRemountable != 0 {
+		rf := unix.MS_BIND | unix.MS_REMOUNT | flags&bindRemountable
+		if err := unix.Mount("", target, "", rf, ""); err != nil {
+			_ = unix.Unmount(target, unix.MNT_DETACH)
+			return fmt.Errorf("remount %s read-only: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// Unmount unmounts target, lazily if it is busy; a target that is not a mount
+// point or does not exist is success.
+func Unmount(target string) error {
+	for range 50 {
+		err := unix.Unmount(target, 0)
+		switch {
+		case err == nil:
+			continue // stacked mounts: unmount until nothing is left
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.EBUSY):
+			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", target, err)
+			}
+			return nil
+		default:
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: too many stacked mounts", target)
+}
+
+// attachLoop attaches file to a free loop device with autoclear set and
+// returns the open device.
+func attachLoop(file string, readonly bool) (*os.File, error) {
+	mode := os.O_RDWR
+	if readonly {
+		mode = os.O_RDONLY
+	}
+	back, err := os.OpenFile(file, mode|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open loop backing file: %w", err)
+	}
+	defer back.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/loop-control: %w", err)
+	}
+	defer ctl.Close()
+	for range 32 { // another process may take the free device first
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("find a free loop device: %w", err)
+		}
+		dev, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), mode|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open loop device: %w", err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(back.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		if readonly {
+			cfg.Info.Flags |= unix.LO_FLAGS_READ_ONLY
+		}
+		copy(cfg.Info.File_name[:], file)
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
+		if err == nil {
+			return dev, nil
+		}
+		dev.Close()
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("configure loop device: %w", err)
+		}
+	}
+	return nil, errors.New("configure loop device: every free device was taken by others")
+}

@@ -1,0 +1,108 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/mount"
+)
+
+// Resources are the hard limits of one sandbox. Zero means "the daemon's
+// default", never "unlimited": every sandbox gets finite pids, memory and
+// disk limits.
+type Resources struct {
+	// CPUs is the CPU quota in cores (1.5 = 150 ms of CPU every 100 ms).
+	CPUs float64 `json:"cpus,omitempty"`
+	// MemoryBytes is the memory limit; swap is never allowed beyond it.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// DiskBytes is the size of the writable layer; writes past it fail with
+	// ENOSPC.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// Pids is the maximum number of tasks (processes and threads).
+	Pids int64 `json:"pids,omitempty"`
+}
+
+// Bind is a host path mounted into the sandbox. Binds are decided by the
+// daemon (an image's host view, the agent binary), never by a request.
+type Bind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"` // absolute path inside the sandbox
+	Readonly bool   `json:"readonly"`
+}
+
+// Spec is everything a runtime backend needs to create a sandbox.
+type Spec struct {
+	// Rootfs are the mounts that make the root file system, in order, as
+	// returned by the layer store. A Mount with an empty Target goes on the
+	// root; others carry absolute host targets (for example the disk that
+	// holds the writable layer).
+	Rootfs []mount.Mount `json:"rootfs"`
+	// Binds are extra read-only or read-write host paths (for the built-in
+	// host image: the host's /usr, read-only).
+	Binds []Bind `json:"binds,omitempty"`
+	// Env is KEY=VALUE for the agent, which hands it to every command as
+	// its default environment.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the default working directory of commands.
+	Workdir string `json:"workdir,omitempty"`
+	// User is the default user of commands ("root" when empty).
+	User string `json:"user,omitempty"`
+	// Hostname is the sandbox's UTS host name.
+	Hostname string `json:"hostname,omitempty"`
+	// Resources are the limits, already defaulted by the Manager.
+	Resources Resources `json:"resources"`
+	// AgentBinary is the host path of the static corral binary that runs as
+	// PID 1 ("corral agent") inside the sandbox, bind-mounted read-only.
+	AgentBinary string `json:"agent_binary"`
+}
+
+// Status is a sandbox's lifecycle state as the runtime sees it.
+type Status string
+
+const (
+	StatusCreated Status = "created" // created, not started
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped" // its processes are gone
+	StatusUnknown Status = "unknown"
+)
+
+// State is what a runtime reports about one sandbox.
+type State struct {
+	Status Status `json:"status"`
+	// Pid is the host PID of the agent (the sandbox's PID 1), 0 if none.
+	Pid int `json:"pid,omitempty"`
+}
+
+// Usage is the resource use of a sandbox read from its cgroup.
+type Usage struct {
+	CPUNanos         uint64    `json:"cpu_ns"`
+	MemoryBytes      uint64    `json:"memory_bytes"`
+	MemoryPeakBytes  uint64    `json:"memory_peak_bytes,omitempty"`
+	MemoryLimitBytes uint64    `json:"memory_limit_bytes,omitempty"`
+	Pids             uint64    `json:"pids"`
+	PidsLimit        uint64    `json:"pids_limit,omitempty"`
+	OOMKills         uint64    `json:"oom_kills"`
+	DiskBytes        uint64    `json:"disk_bytes,omitempty"`
+	DiskLimitBytes   uint64    `json:"disk_limit_bytes,omitempty"`
+	Time             time.Time `json:"time"`
+}
+
+// Image is what the Manager needs from the image store to create a sandbox.
+type Image struct {
+	Name string `json:"name"`
+	// TopLayer is the layer store key of the image's top layer; the store
+	// knows its chain of parents.
+	TopLayer string `json:"top_layer"`
+	// Env, Workdir and User are the image's defaults for commands.
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	User    string   `json:"user,omitempty"`
+	// Binds are host paths the image needs mounted (only built-in images
+	// have any: the host image binds the host's /usr read-only).
+	Binds   []Bind    `json:"binds,omitempty"`
+	Created time.Time `json:"created"`
+	// Size is the bytes used by the image's own layers on disk.
+	Size int64 `json:"size"`
+	// Builtin images are made by the daemon and cannot be removed.
+	Builtin bool `json:"builtin,omitempty"`
+}
