@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: vet, unit tests with the race detector (unprivileged
+# tier), then the privileged and integration tiers that create real sandboxes
+# on this machine. Needs root for the second part.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+[ "$(id -u)" = 0 ] || { echo "run as root: sudo $0 (the privileged tier creates real sandboxes)" >&2; exit 1; }
+scripts/deps.sh >/dev/null
+echo "== go vet"
+go vet ./...
+go vet -tags integration ./...
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+[ -z "$unformatted" ] || { echo "gofmt needed on: $unformatted" >&2; exit 1; }
+echo "== unit tests (race detector, unprivileged)"
+go test -race -count=1 ./...
+echo "== privileged + integration tests (real sandboxes)"
+CORRAL_TEST_PRIVILEGED=1 go test -count=1 -p 1 -timeout 30m -tags integration ./...
