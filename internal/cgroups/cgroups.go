@@ -1,0 +1,267 @@
+// Package cgroups reads the resource use of a cgroup on cgroup v1 (legacy or
+// hybrid) and v2 (unified) hosts, and finds and removes a cgroup's
+// directories. Every function takes the cgroup file system root (normally
+// /sys/fs/cgroup) so tests can run over fake files.
+package cgroups
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Root is where the cgroup file systems are mounted.
+const Root = "/sys/fs/cgroup"
+
+// Mode is the cgroup layout of a host.
+type Mode int
+
+const (
+	// Legacy is cgroup v1: one hierarchy per controller under root,
+	// possibly with a cgroup2 mount at root/unified (hybrid).
+	Legacy Mode = iota + 1
+	// Unified is cgroup v2 mounted at root.
+	Unified
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Legacy:
+		return "v1"
+	case Unified:
+		return "v2"
+	}
+	return "unknown"
+}
+
+// DetectMode returns Unified when root is a cgroup2 mount (it has a
+// cgroup.controllers file) and Legacy otherwise.
+func DetectMode(root string) Mode {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return Unified
+	}
+	return Legacy
+}
+
+// SwapAccounting reports whether the host can limit memory+swap: v1 has
+// memory.memsw.limit_in_bytes, v2 has memory.swap.max in a non-root cgroup
+// (its presence is tested on the root's controllers list).
+func SwapAccounting(root string) bool {
+	if DetectMode(root) == Unified {
+		// memory.swap.max exists only below the root; look for any child.
+		if b, err := os.ReadFile(filepath.Join(root, "cgroup.subtree_control")); err == nil && !bytes.Contains(b, []byte("memory")) {
+			return false
+		}
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			return false
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				if _, err := os.Stat(filepath.Join(root, e.Name(), "memory.swap.max")); err == nil {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	_, err := os.Stat(filepath.Join(root, "memory", "memory.memsw.limit_in_bytes"))
+	return err == nil
+}
+
+// Stats is the resource use of one cgroup. Limits are 0 when unlimited.
+type Stats struct {
+	CPUNanos         uint64
+	MemoryBytes      uint64
+	MemoryPeakBytes  uint64
+	MemoryLimitBytes uint64
+	Pids             uint64
+	PidsLimit        uint64
+	OOMKills         uint64
+}
+
+// unlimitedV1 is the smallest value a v1 limit file shows for "no limit"
+// (PAGE_COUNTER_MAX rounded to pages is just below 2^63).
+const unlimitedV1 = 1 << 62
+
+// Read returns the stats of the cgroup rel (for example "/corral/sb1") in
+// whatever layout root has.
+func Read(root, rel string) (Stats, error) {
+	if DetectMode(root) == Unified {
+		return ReadV2(root, rel)
+	}
+	return ReadV1(root, rel)
+}
+
+// ReadV1 reads the cgroup rel from the per-controller hierarchies under
+// root. The memory controller must exist; cpuacct and pids are optional.
+func ReadV1(root, rel string) (Stats, error) {
+	var s Stats
+	mem := filepath.Join(root, "memory", rel)
+	var err error
+	if s.MemoryBytes, err = readUint(filepath.Join(mem, "memory.usage_in_bytes")); err != nil {
+		return Stats{}, err
+	}
+	if s.MemoryPeakBytes, err = readUint(filepath.Join(mem, "memory.max_usage_in_bytes")); err != nil {
+		return Stats{}, err
+	}
+	if s.MemoryLimitBytes, err = readUint(filepath.Join(mem, "memory.limit_in_bytes")); err != nil {
+		return Stats{}, err
+	}
+	if s.MemoryLimitBytes >= unlimitedV1 {
+		s.MemoryLimitBytes = 0
+	}
+	if s.OOMKills, err = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Stats{}, err
+	}
+	if s.CPUNanos, err = readUint(filepath.Join(root, "cpuacct", rel, "cpuacct.usage")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Stats{}, err
+	}
+	if err := readPids(filepath.Join(root, "pids", rel), &s); err != nil {
+		return Stats{}, err
+	}
+	return s, nil
+}
+
+// ReadV2 reads the cgroup root/rel of a unified hierarchy. memory.peak is
+// optional (Linux 5.19+).
+func ReadV2(root, rel string) (Stats, error) {
+	var s Stats
+	dir := filepath.Join(root, rel)
+	var err error
+	if s.MemoryBytes, err = readUint(filepath.Join(dir, "memory.current")); err != nil {
+		return Stats{}, err
+	}
+	if s.MemoryPeakBytes, err = readUint(filepath.Join(dir, "memory.peak")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Stats{}, err
+	}
+	if s.MemoryLimitBytes, err = readUint(filepath.Join(dir, "memory.max")); err != nil {
+		return Stats{}, err
+	}
+	if s.OOMKills, err = readKey(filepath.Join(dir, "memory.events"), "oom_kill"); err != nil {
+		return Stats{}, err
+	}
+	usec, err := readKey(filepath.Join(dir, "cpu.stat"), "usage_usec")
+	if err != nil {
+		return Stats{}, err
+	}
+	s.CPUNanos = usec * 1000
+	if err := readPids(dir, &s); err != nil {
+		return Stats{}, err
+	}
+	return s, nil
+}
+
+func readPids(dir string, s *Stats) error {
+	var err error
+	if s.Pids, err = readUint(filepath.Join(dir, "pids.current")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	if s.PidsLimit, err = readUint(filepath.Join(dir, "pids.max")); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readUint parses a file holding one unsigned number; "max" is 0
+// (unlimited).
+func readUint(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup file: %w", err)
+	}
+	return parseUint(path, strings.TrimSpace(string(b)))
+}
+
+func parseUint(path, v string) (uint64, error) {
+	if v == "max" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return n, nil
+}
+
+// readKey returns the value of key in a flat-keyed file ("key value" lines).
+// A missing key is 0.
+func readKey(path, key string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read cgroup file: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			return parseUint(path, strings.TrimSpace(v))
+		}
+	}
+	return 0, nil
+}
+
+// Dirs returns the existing directories of the cgroup rel: root/rel on a
+// unified host, root/<hierarchy>/rel for every hierarchy otherwise
+// (including the cgroup2 one of a hybrid host). Hierarchies reached through
+// symbolic links (cpuacct -> cpu,cpuacct) are listed once.
+func Dirs(root, rel string) ([]string, error) {
+	if DetectMode(root) == Unified {
+		d := filepath.Join(root, rel)
+		if _, err := os.Stat(d); err != nil {
+			return nil, nil
+		}
+		return []string{d}, nil
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("list cgroup hierarchies: %w", err)
+	}
+	var dirs []string
+	for _, e := range ents {
+		if !e.IsDir() { // symbolic links to combined hierarchies are skipped
+			continue
+		}
+		d := filepath.Join(root, e.Name(), rel)
+		if _, err := os.Stat(d); err == nil {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs, nil
+}
+
+// Remove removes every directory of the cgroup rel, children first. The
+// cgroup must hold no process. A missing cgroup is success.
+func Remove(root, rel string) error {
+	dirs, err := Dirs(root, rel)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range dirs {
+		var all []string
+		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+		slices.Reverse(all) // children before parents
+		for _, p := range all {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,673 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/cleanup"
+	"github.com/corral-sandbox/corral/internal/identifiers"
+	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+var (
+	_ sandbox.Runtime = (*Runtime)(nil)
+	_ sandbox.Statser = (*Runtime)(nil)
+	_ sandbox.Lister  = (*Runtime)(nil)
+)
+
+// Files in a sandbox's directory <RunDir>/<id>/.
+const (
+	bundleDir  = "bundle"
+	rootfsDir  = "bundle/rootfs"
+	configFile = "bundle/config.json"
+	socketFile = "agent.sock"
+	agentLog   = "agent.log"
+	runtimeLog = "runtime.log"
+	pidFile    = "pid"
+	mountsFile = "mounts.json"
+	maxNoFile  = 1048576
+	// agentOOMScoreAdj keeps the OOM killer away from the agent (PID 1).
+	agentOOMScoreAdj = "-999"
+	killTimeout      = 10 * time.Second
+)
+
+// Runtime runs sandboxes as OCI containers with crun or runc. Create
+// mounts the root file system and writes the bundle; Start runs the
+// runtime's "run --detach", handing the agent its listening socket as fd 3.
+type Runtime struct {
+	cfg         Config
+	binary      string   // absolute path of the OCI runtime
+	processArgs []string // PID 1 command line; nil means the agent
+	ns          *nsThread
+	swap        bool   // the host accounts swap
+	nofile      uint64 // RLIMIT_NOFILE of the boxes
+
+	mu sync.Mutex
+	// listeners are the sockets made by Create, until Start hands them to
+	// the runtime. Guarded by mu.
+	listeners map[string]*os.File
+}
+
+// New checks cfg, creates the state and run directories and starts the
+// thread that runs the OCI runtime (see nsThread). Close releases it.
+func New(cfg Config, opts ...Opt) (*Runtime, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bin, err := exec.LookPath(cfg.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("oci runtime %q: %w: %w", cfg.Binary, err, errdefs.ErrUnavailable)
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return nil, fmt.Errorf("oci runtime %q: %w", cfg.Binary, err)
+	}
+	for _, d := range []string{cfg.StateDir, cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	r := &Runtime{
+		cfg:       cfg,
+		binary:    bin,
+		swap:      cgroups.SwapAccounting(cgroups.Root),
+		nofile:    hostNoFile(),
+		listeners: map[string]*os.File{},
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.ns, err = newNSThread(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// hostNoFile raises the process's RLIMIT_NOFILE to maxNoFile capped by the
+// host's fs.nr_open (the runtime inherits it and may not raise it once it
+// has dropped CAP_SYS_RESOURCE) and returns the resulting hard limit.
+func hostNoFile() uint64 {
+	want := uint64(maxNoFile)
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n < want {
+			want = n
+		}
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	if lim.Max < want {
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: lim.Cur, Max: want}); err == nil {
+			lim.Max = want
+		}
+	}
+	return min(lim.Max, want)
+}
+
+// Close stops the runtime's thread and closes the sockets of sandboxes
+// created but not started. Running sandboxes keep running; a new Runtime
+// with the same Config manages them.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	for id, l := range r.listeners {
+		l.Close()
+		delete(r.listeners, id)
+	}
+	r.mu.Unlock()
+	r.ns.close()
+	return nil
+}
+
+// MountInfoPath is the mountinfo file of the namespace that holds the
+// sandboxes' root file system mounts (they are invisible in the host's
+// /proc/self/mountinfo). For diagnostics and tests.
+func (r *Runtime) MountInfoPath() string { return r.ns.mountInfoPath() }
+
+// CgroupPath is the cgroup of sandbox id, relative to the hierarchy roots.
+func (r *Runtime) CgroupPath(id string) string { return "/" + r.cfg.CgroupParent + "/" + id }
+
+// Dir is the sandbox's directory <RunDir>/<id>.
+func (r *Runtime) Dir(id string) string { return filepath.Join(r.cfg.RunDir, id) }
+
+// AgentAddr returns "unix://<RunDir>/<id>/agent.sock". The path may be longer
+// than sun_path allows for long ids; dial it through an open directory fd
+// (/proc/self/fd/N/agent.sock) in that case.
+func (r *Runtime) AgentAddr(id string) string {
+	return "unix://" + filepath.Join(r.Dir(id), socketFile)
+}
+
+// Create validates spec, mounts its root file system, writes the bundle
+// and makes the agent's listening socket. It returns
+// errdefs.ErrAlreadyExists when id exists; on error it leaves nothing.
+func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (retErr error) {
+	if err := identifiers.Validate("sandbox id", id); err != nil {
+		return err
+	}
+	if spec == nil || !slices.ContainsFunc(spec.Rootfs, func(m mount.Mount) bool { return m.Target == "" }) {
+		return fmt.Errorf("create %s: spec has no root file system mount: %w", id, errdefs.ErrInvalidArgument)
+	}
+	for _, m := range spec.Rootfs {
+		if m.Target != "" && !filepath.IsAbs(m.Target) {
+			return fmt.Errorf("create %s: mount target %q is not absolute: %w", id, m.Target, errdefs.ErrInvalidArgument)
+		}
+	}
+	cfg, err := buildSpec(specParams{
+		id:          id,
+		spec:        spec,
+		args:        r.processArgs,
+		cgroupsPath: r.CgroupPath(id),
+		seccomp:     *r.cfg.Seccomp,
+		swap:        r.swap,
+		nofile:      r.nofile,
+	})
+	if err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	configJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+
+	dir := r.Dir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	cu := cleanup.Make(func() {
+		cleanup.Do(ctx, func(ctx context.Context) {
+			if err := r.Delete(ctx, id); err != nil {
+				log.G(ctx).Warn("roll back sandbox", "sandbox", id, "error", err)
+			}
+		})
+	})
+	defer cu.Clean()
+
+	rootfs := filepath.Join(dir, rootfsDir)
+	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	// Record the targets before mounting, so that Delete (maybe in a
+	// restarted daemon) can undo a partial mount.All.
+	targets := make([]string, len(spec.Rootfs))
+	for i, m := range spec.Rootfs {
+		targets[i] = m.Target
+		if m.Target == "" {
+			targets[i] = rootfs
+		}
+	}
+	if err := writeJSON(filepath.Join(dir, mountsFile), targets); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if err := r.ns.Do(func() error { return mount.All(spec.Rootfs, rootfs) }); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, configFile), configJSON, 0o600); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	l, err := listen(dir)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	r.mu.Lock()
+	r.listeners[id] = l
+	r.mu.Unlock()
+	cu.Release()
+	return nil
+}
+
+func writeJSON(p string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, b, 0o600)
+}
+
+// listen makes the listening unix socket dir/agent.sock (mode 0600). It binds
+// through /proc/self/fd/<dirfd>, which keeps the address short whatever the
+// length of dir and never follows a symbolic link in its place.
+func listen(dir string) (*os.File, error) {
+	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox dir: %w", err)
+	}
+	defer d.Close()
+	dfd := int(d.Fd())
+	if err := unix.Unlinkat(dfd, socketFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("remove old agent socket: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), socketFile)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: fmt.Sprintf("/proc/self/fd/%d/%s", dfd, socketFile)}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bind agent socket: %w", err)
+	}
+	if err := unix.Fchmodat(dfd, socketFile, 0o600, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("chmod agent socket: %w", err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("listen on agent socket: %w", err)
+	}
+	return f, nil
+}
+
+// Start runs the sandbox's PID 1 with "<runtime> run --detach
+// --preserve-fds 1": the listening socket becomes fd 3 in the box and the
+// process's stdout and stderr go to <RunDir>/<id>/agent.log. A stopped
+// sandbox can be started again.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch st.Status {
+	case sandbox.StatusRunning, sandbox.StatusPaused:
+		return fmt.Errorf("start %s: sandbox is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
+	case sandbox.StatusStopped:
+		if err := r.runtimeDelete(ctx, id); err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+	}
+	dir := r.Dir(id)
+	r.mu.Lock()
+	l := r.listeners[id]
+	delete(r.listeners, id)
+	r.mu.Unlock()
+	if l == nil { // restarted daemon, or a restart of a stopped sandbox
+		if l, err = listen(dir); err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+	}
+	defer l.Close() // the box holds its own copy
+
+	out, err := os.OpenFile(filepath.Join(dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	defer out.Close()
+	rlog := filepath.Join(dir, runtimeLog)
+	pid := filepath.Join(dir, pidFile)
+	_ = os.Remove(pid)
+	cmd := exec.Command(r.binary, "--root", r.cfg.StateDir, "--log", rlog,
+		"run", "--detach", "--preserve-fds", "1", "--pid-file", pid, "--bundle", filepath.Join(dir, bundleDir), id)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{l}
+	if err := r.ns.Do(cmd.Start); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("start %s: %s run: %w: %s", id, filepath.Base(r.binary), err, tail(rlog))
+	}
+	// The agent must be the last thing the OOM killer picks. crun sets
+	// process.oomScoreAdj after dropping CAP_SYS_RESOURCE, which fails for
+	// negative values, so the daemon sets it here, before anyone can ask the
+	// agent to fork. The agent resets it to 0 for the commands it runs.
+	p, ok, err := r.init(id)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	if ok {
+		defer p.close()
+		// Best effort: without CAP_SYS_RESOURCE (some nested setups) the
+		// write fails with EACCES and the agent keeps the daemon's score.
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", p.pid), []byte(agentOOMScoreAdj), 0); err != nil {
+			log.G(ctx).Debug("set agent oom_score_adj", "sandbox", id, "error", err)
+		}
+	}
+	return nil
+}
+
+// tail returns the last lines of a runtime log, for error messages.
+func tail(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	const max = 1024
+	b = bytes.TrimSpace(b)
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
+
+// runtimeDelete removes what the OCI runtime keeps for id.
+//
+// Fast path: when the sandbox was started (it has a pid file) and its PID 1
+// is gone, which init verified through a pidfd, every process of the box
+// has exited with it (they live in its pid namespace), and all the runtime
+// has left is its state directory and the cgroup, which Delete removes
+// itself. That saves an exec of the runtime (about 9 ms, a third of a
+// sandbox's lifecycle). Otherwise, for instance after a crash in the middle
+// of "run", "<runtime> delete --force" kills and cleans up whatever is
+// there.
+func (r *Runtime) runtimeDelete(ctx context.Context, id string) error {
+	state := filepath.Join(r.cfg.StateDir, id)
+	if _, err := os.Stat(state); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(r.Dir(id), pidFile)); err == nil {
+		if _, alive, err := r.init(id); err == nil && !alive {
+			if err := os.RemoveAll(state); err != nil {
+				return fmt.Errorf("remove runtime state: %w", err)
+			}
+			return nil
+		}
+	}
+	cmd := exec.CommandContext(ctx, r.binary, "--root", r.cfg.StateDir, "delete", "--force", id)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := r.ns.Do(cmd.Start); err != nil {
+		return fmt.Errorf("%s delete: %w", filepath.Base(r.binary), err)
+	}
+	if err := cmd.Wait(); err != nil {
+		if _, serr := os.Stat(state); errors.Is(serr, fs.ErrNotExist) {
+			return nil // gone: "does not exist"
+		}
+		return fmt.Errorf("%s delete: %w: %s", filepath.Base(r.binary), err, bytes.TrimSpace(out.Bytes()))
+	}
+	return nil
+}
+
+// process is a sandbox's running PID 1.
+type process struct {
+	pid   int
+	pidfd int
+}
+
+func (p process) close() { unix.Close(p.pidfd) }
+
+// exited reports whether the process has exited (zombies included).
+func (p process) exited(timeout time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	ms := int(timeout / time.Millisecond)
+	for {
+		n, err := unix.Poll(fds, ms)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err != nil || n > 0
+	}
+}
+
+// init returns the sandbox's live PID 1, or ok=false when there is none. The
+// pid from the pid file is opened as a pidfd and then checked to be in the
+// sandbox's cgroup, so a reused pid is never signalled.
+func (r *Runtime) init(id string) (p process, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(r.Dir(id), pidFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return process{}, false, nil
+	}
+	if err != nil {
+		return process{}, false, fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return process{}, false, nil // partial write of a crashed start
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return process{}, false, nil
+	}
+	if err != nil {
+		return process{}, false, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	p = process{pid: pid, pidfd: fd}
+	if !r.inCgroup(pid, id) || p.exited(0) {
+		p.close()
+		return process{}, false, nil
+	}
+	return p, true, nil
+}
+
+// inCgroup reports whether pid is in the cgroup of sandbox id (any
+// hierarchy).
+func (r *Runtime) inCgroup(pid int, id string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	want := r.CgroupPath(id)
+	for _, l := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) == 3 && (parts[2] == want || strings.HasPrefix(parts[2], want+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop sends SIGTERM to the sandbox's PID 1, waits up to grace, then
+// SIGKILLs it; the kernel then kills every other process of the box's pid
+// namespace. Stopping a sandbox that is not running is success.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	if err := identifiers.Validate("sandbox id", id); err != nil {
+		return err
+	}
+	p, ok, err := r.init(id)
+	if err != nil || !ok {
+		return err
+	}
+	defer p.close()
+	if grace > 0 {
+		if err := unix.PidfdSendSignal(p.pidfd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("stop %s: signal: %w", id, err)
+		}
+		if waitExit(ctx, p, grace) {
+			return nil
+		}
+	}
+	return r.kill(ctx, id, p)
+}
+
+// waitExit waits up to d for p to exit or ctx to end.
+func waitExit(ctx context.Context, p process, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return p.exited(0)
+		}
+		if p.exited(min(left, 100*time.Millisecond)) {
+			return true
+		}
+	}
+}
+
+func (r *Runtime) kill(ctx context.Context, id string, p process) error {
+	if err := unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill %s: %w", id, err)
+	}
+	if !waitExit(context.WithoutCancel(ctx), p, killTimeout) {
+		return fmt.Errorf("kill %s: pid %d still running after %s: %w", id, p.pid, killTimeout, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Delete kills the sandbox's processes, deletes the runtime's state,
+// unmounts the root file system, removes the cgroups and the sandbox's
+// directory. A missing sandbox is success.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	if err := identifiers.Validate("sandbox id", id); err != nil {
+		return err
+	}
+	if p, ok, err := r.init(id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	} else if ok {
+		err := r.kill(ctx, id, p)
+		p.close()
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", id, err)
+		}
+	}
+	if err := r.runtimeDelete(ctx, id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	r.mu.Lock()
+	if l := r.listeners[id]; l != nil {
+		l.Close()
+		delete(r.listeners, id)
+	}
+	r.mu.Unlock()
+
+	dir := r.Dir(id)
+	if err := r.unmountAll(dir); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	if err := r.removeCgroup(ctx, id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	// The host's view never holds the rootfs mounts (they live in the
+	// runtime thread's namespace), and unmountAll checked they are gone
+	// there too, so this cannot reach into a sandbox's files.
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// unmountAll undoes the mounts recorded in dir/mounts.json, last first, and
+// checks that none is left.
+func (r *Runtime) unmountAll(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, mountsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read mounts: %w", err)
+	}
+	var targets []string
+	if err := json.Unmarshal(b, &targets); err != nil {
+		return fmt.Errorf("parse %s: %w", mountsFile, err)
+	}
+	return r.ns.Do(func() error {
+		for _, t := range slices.Backward(targets) {
+			if err := mount.Unmount(t); err != nil {
+				return err
+			}
+			if still, err := isMountPoint(r.ns.mountInfoPath(), t); err != nil {
+				return err
+			} else if still {
+				return fmt.Errorf("unmount %s: still mounted", t)
+			}
+		}
+		return nil
+	})
+}
+
+// removeCgroup removes the sandbox's cgroups, retrying with a short backoff
+// while the killed processes leave them (rmdir fails with EBUSY).
+func (r *Runtime) removeCgroup(ctx context.Context, id string) error {
+	var err error
+	wait := time.Millisecond
+	for range 20 {
+		if err = cgroups.Remove(cgroups.Root, r.CgroupPath(id)); err == nil || !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+	return err
+}
+
+// State reports whether the sandbox is created (never started), running or
+// stopped, from its pid file and a liveness check of that pid.
+func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
+	if err := identifiers.Validate("sandbox id", id); err != nil {
+		return sandbox.State{}, err
+	}
+	dir := r.Dir(id)
+	if _, err := os.Stat(filepath.Join(dir, configFile)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return sandbox.State{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+		return sandbox.State{}, fmt.Errorf("state %s: %w", id, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, pidFile)); errors.Is(err, fs.ErrNotExist) {
+		return sandbox.State{Status: sandbox.StatusCreated}, nil
+	}
+	p, ok, err := r.init(id)
+	if err != nil {
+		return sandbox.State{Status: sandbox.StatusUnknown}, fmt.Errorf("state %s: %w", id, err)
+	}
+	if !ok {
+		return sandbox.State{Status: sandbox.StatusStopped}, nil
+	}
+	p.close()
+	return sandbox.State{Status: sandbox.StatusRunning, Pid: p.pid}, nil
+}
+
+// List returns the ids the runtime knows (its state directory) and those
+// with a directory in RunDir, so that orphans of a crash can be deleted.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	var ids []string
+	for _, d := range []string{r.cfg.StateDir, r.cfg.RunDir} {
+		ents, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		for _, e := range ents {
+			if e.IsDir() && identifiers.Validate("sandbox id", e.Name()) == nil {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// Usage reads the sandbox's cgroup. It returns errdefs.ErrNotFound for an
+// unknown sandbox and errdefs.ErrFailedPrecondition when it has no cgroup
+// (not started or deleted).
+func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
+	if _, err := r.State(ctx, id); err != nil {
+		return sandbox.Usage{}, err
+	}
+	s, err := cgroups.Read(cgroups.Root, r.CgroupPath(id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return sandbox.Usage{}, fmt.Errorf("usage %s: no cgroup: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		return sandbox.Usage{}, fmt.Errorf("usage %s: %w", id, err)
+	}
+	return sandbox.Usage{
+		CPUNanos:         s.CPUNanos,
+		MemoryBytes:      s.MemoryBytes,
+		MemoryPeakBytes:  s.MemoryPeakBytes,
+		MemoryLimitBytes: s.MemoryLimitBytes,
+		Pids:             s.Pids,
+		PidsLimit:        s.PidsLimit,
+		OOMKills:         s.OOMKills,
+		Time:             time.Now(),
+	}, nil
+}

@@ -1,0 +1,32 @@
+//go:build !linux
+
+package oci
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// Runtime is not available outside Linux.
+type Runtime struct{ processArgs []string }
+
+var errNotLinux = fmt.Errorf("oci runtime: %w", errdefs.ErrNotImplemented)
+
+// New returns errdefs.ErrNotImplemented outside Linux.
+func New(Config, ...Opt) (*Runtime, error) { return nil, errNotLinux }
+
+func (*Runtime) Create(context.Context, string, *sandbox.Spec) error { return errNotLinux }
+func (*Runtime) Start(context.Context, string) error                 { return errNotLinux }
+func (*Runtime) Stop(context.Context, string, time.Duration) error   { return errNotLinux }
+func (*Runtime) Delete(context.Context, string) error                { return errNotLinux }
+func (*Runtime) State(context.Context, string) (sandbox.State, error) {
+	return sandbox.State{}, errNotLinux
+}
+func (*Runtime) AgentAddr(string) string { return "" }

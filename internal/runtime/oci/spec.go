@@ -1,0 +1,207 @@
+package oci
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// AgentPath is where the agent binary is bind-mounted inside every sandbox.
+const AgentPath = "/.corral/corral"
+
+// AgentListenFD is the fd number of the agent's listening socket inside the
+// sandbox: the runtime passes it with --preserve-fds 1, so it is the first fd
+// after stdio.
+const AgentListenFD = 3
+
+// defaultPath is the PATH of the agent when spec.Env has none.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// capabilities is Docker's default set minus CAP_NET_RAW (raw sockets and
+// packet crafting; boxes have no use for them) and CAP_MKNOD (the device
+// cgroup denies new nodes anyway; FIFOs and sockets need no capability).
+// There is no SYS_ADMIN, SYS_PTRACE, NET_ADMIN, SYS_MODULE or SYS_TIME.
+var capabilities = []string{
+	"CAP_CHOWN",
+	"CAP_DAC_OVERRIDE",
+	"CAP_FSETID",
+	"CAP_FOWNER",
+	"CAP_SETGID",
+	"CAP_SETUID",
+	"CAP_SETFCAP",
+	"CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT",
+	"CAP_KILL",
+	"CAP_AUDIT_WRITE",
+}
+
+// maskedPaths and readonlyPaths are runc's defaults (libcontainer/specconv
+// Example), which Docker and containerd also use.
+var (
+	maskedPaths = []string{
+		"/proc/acpi",
+		"/proc/asound",
+		"/proc/kcore",
+		"/proc/keys",
+		"/proc/latency_stats",
+		"/proc/timer_list",
+		"/proc/timer_stats",
+		"/proc/sched_debug",
+		"/proc/scsi",
+		"/sys/firmware",
+		"/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{
+		"/proc/bus",
+		"/proc/fs",
+		"/proc/irq",
+		"/proc/sys",
+		"/proc/sysrq-trigger",
+	}
+)
+
+// allowedDevices are the device nodes a box may use: the standard nodes the
+// runtime creates in /dev, the pty multiplexer and the ptys.
+func allowedDevices() []specs.LinuxDeviceCgroup {
+	i := func(v int64) *int64 { return &v }
+	d := []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
+	for _, n := range [][2]int64{{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 1}, {5, 2}} {
+		d = append(d, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: i(n[0]), Minor: i(n[1]), Access: "rwm"})
+	}
+	return append(d, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: i(136), Access: "rwm"}) // /dev/pts/*
+}
+
+// ociVersion is the runtime-spec version written in config.json. crun 1.8
+// rejects versions it does not know (such as 1.3.0, the Go types' own), and
+// every field used here exists since 1.0.2.
+const ociVersion = "1.0.2"
+
+// specParams is what buildSpec needs besides the sandbox spec.
+type specParams struct {
+	id          string
+	spec        *sandbox.Spec
+	args        []string // PID 1 command line; nil means the agent
+	cgroupsPath string
+	seccomp     bool
+	swap        bool   // the host accounts swap: limit memory+swap
+	nofile      uint64 // RLIMIT_NOFILE for the box
+}
+
+// buildSpec returns the OCI runtime configuration of a sandbox. The bundle's
+// root file system is the directory "rootfs" beside config.json.
+//
+// There is no user namespace in this version: the read-only base layers are
+// shared between sandboxes and owned by host root, and without idmapped
+// overlay mounts a box's root (mapped to an unprivileged host uid) could not
+// copy up or modify files it owns in its own view. Isolation relies, like
+// Docker's default, on dropped capabilities, seccomp, no_new_privs, masked
+// /proc paths, a read-only /sys, the device cgroup and the other namespaces.
+func buildSpec(p specParams) (*specs.Spec, error) {
+	s := p.spec
+	args := p.args
+	if len(args) == 0 {
+		args = []string{AgentPath, "agent", "--listen-fd", fmt.Sprint(AgentListenFD)}
+	}
+	env := slices.Clone(s.Env)
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
+		env = append(env, defaultPath)
+	}
+	cwd := s.Workdir
+	if cwd == "" {
+		cwd = "/"
+	}
+	if !path.IsAbs(cwd) {
+		return nil, fmt.Errorf("workdir %q is not absolute: %w", cwd, errdefs.ErrInvalidArgument)
+	}
+	hostname := s.Hostname
+	if hostname == "" {
+		hostname = p.id
+	}
+	if s.AgentBinary == "" || !path.IsAbs(s.AgentBinary) {
+		return nil, fmt.Errorf("agent binary %q is not an absolute path: %w", s.AgentBinary, errdefs.ErrInvalidArgument)
+	}
+
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		{Destination: AgentPath, Type: "bind", Source: s.AgentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	for _, b := range s.Binds {
+		if !path.IsAbs(b.Source) || !path.IsAbs(b.Target) || path.Clean(b.Target) == "/" {
+			return nil, fmt.Errorf("bind %q -> %q: paths must be absolute and not /: %w", b.Source, b.Target, errdefs.ErrInvalidArgument)
+		}
+		rw := "rw"
+		if b.Readonly {
+			rw = "ro"
+		}
+		mounts = append(mounts, specs.Mount{Destination: path.Clean(b.Target), Type: "bind", Source: b.Source, Options: []string{"rbind", rw, "nosuid", "nodev"}})
+	}
+
+	res := &specs.LinuxResources{Devices: allowedDevices()}
+	if r := s.Resources; r.MemoryBytes > 0 {
+		lim := r.MemoryBytes
+		res.Memory = &specs.LinuxMemory{Limit: &lim}
+		if p.swap {
+			sw := lim
+			res.Memory.Swap = &sw
+		}
+	}
+	if c := s.Resources.CPUs; c > 0 {
+		period := uint64(100000)
+		quota := int64(c * float64(period))
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if n := s.Resources.Pids; n > 0 {
+		res.Pids = &specs.LinuxPids{Limit: &n}
+	}
+
+	sp := &specs.Spec{
+		Version: ociVersion,
+		Root:    &specs.Root{Path: "rootfs"},
+		Process: &specs.Process{
+			Args: args,
+			Env:  env,
+			Cwd:  cwd,
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  capabilities,
+				Effective: capabilities,
+				Permitted: capabilities,
+			},
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: p.nofile, Soft: p.nofile}},
+			NoNewPrivileges: true,
+		},
+		Hostname: hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: p.cgroupsPath,
+			Resources:   res,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	if p.seccomp {
+		sp.Linux.Seccomp = seccompProfile()
+	}
+	return sp, nil
+}

@@ -1,0 +1,198 @@
+package oci
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+func baseParams() specParams {
+	return specParams{
+		id: "sb1",
+		spec: &sandbox.Spec{
+			AgentBinary: "/usr/local/bin/corral",
+			Resources:   sandbox.Resources{CPUs: 1.5, MemoryBytes: 1 << 30, Pids: 100},
+			Binds:       []sandbox.Bind{{Source: "/usr", Target: "/usr", Readonly: true}},
+		},
+		cgroupsPath: "/corral/sb1",
+		seccomp:     true,
+		swap:        true,
+		nofile:      1048576,
+	}
+}
+
+func TestBuildSpec(t *testing.T) {
+	s, err := buildSpec(baseParams())
+	if err != nil {
+		t.Fatalf("buildSpec() = %v", err)
+	}
+	if want := []string{AgentPath, "agent", "--listen-fd", "3"}; !slices.Equal(s.Process.Args, want) {
+		t.Errorf("Process.Args = %q; want %q", s.Process.Args, want)
+	}
+	if s.Process.Cwd != "/" || s.Hostname != "sb1" || !s.Process.NoNewPrivileges {
+		t.Errorf("Cwd, Hostname, NoNewPrivileges = %q, %q, %v; want /, sb1, true", s.Process.Cwd, s.Hostname, s.Process.NoNewPrivileges)
+	}
+	if !slices.ContainsFunc(s.Process.Env, func(e string) bool { return e == defaultPath }) {
+		t.Errorf("Process.Env = %q; want a default PATH", s.Process.Env)
+	}
+	for _, c := range []string{"CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_MKNOD", "CAP_SYS_MODULE"} {
+		caps := s.Process.Capabilities
+		if slices.Contains(caps.Bounding, c) || slices.Contains(caps.Effective, c) || slices.Contains(caps.Permitted, c) {
+			t.Errorf("capabilities contain %s; want it dropped", c)
+		}
+	}
+	if len(s.Process.Capabilities.Ambient) != 0 {
+		t.Errorf("Ambient = %q; want empty", s.Process.Capabilities.Ambient)
+	}
+	var nsTypes []specs.LinuxNamespaceType
+	for _, n := range s.Linux.Namespaces {
+		nsTypes = append(nsTypes, n.Type)
+	}
+	for _, want := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.NetworkNamespace, specs.MountNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.CgroupNamespace} {
+		if !slices.Contains(nsTypes, want) {
+			t.Errorf("namespaces %v lack %s", nsTypes, want)
+		}
+	}
+	if slices.Contains(nsTypes, specs.UserNamespace) {
+		t.Errorf("namespaces %v contain a user namespace; want none in this version", nsTypes)
+	}
+	res := s.Linux.Resources
+	if *res.Memory.Limit != 1<<30 || *res.Memory.Swap != 1<<30 {
+		t.Errorf("memory limit, swap = %d, %d; want %d, %d", *res.Memory.Limit, *res.Memory.Swap, 1<<30, 1<<30)
+	}
+	if *res.CPU.Quota != 150000 || *res.CPU.Period != 100000 {
+		t.Errorf("cpu quota/period = %d/%d; want 150000/100000", *res.CPU.Quota, *res.CPU.Period)
+	}
+	if *res.Pids.Limit != 100 {
+		t.Errorf("pids limit = %d; want 100", *res.Pids.Limit)
+	}
+	if d := res.Devices[0]; d.Allow || d.Access != "rwm" || d.Type != "" {
+		t.Errorf("first device rule = %+v; want deny all", d)
+	}
+	if s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActAllow {
+		t.Errorf("Seccomp = %+v; want the default profile", s.Linux.Seccomp)
+	}
+	if !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") || !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sys") {
+		t.Errorf("MaskedPaths, ReadonlyPaths = %q, %q; want runc's defaults", s.Linux.MaskedPaths, s.Linux.ReadonlyPaths)
+	}
+	mounts := map[string]specs.Mount{}
+	for _, m := range s.Mounts {
+		mounts[m.Destination] = m
+	}
+	for dst, opt := range map[string]string{"/usr": "ro", AgentPath: "ro", "/sys": "ro", "/sys/fs/cgroup": "ro", "/dev/pts": "newinstance"} {
+		if m, ok := mounts[dst]; !ok || !slices.Contains(m.Options, opt) {
+			t.Errorf("mount %s = %+v; want option %q", dst, m, opt)
+		}
+	}
+	if m := mounts["/usr"]; !slices.Contains(m.Options, "nosuid") || !slices.Contains(m.Options, "nodev") {
+		t.Errorf("bind /usr options = %q; want nosuid and nodev", m.Options)
+	}
+}
+
+func TestBuildSpecVariants(t *testing.T) {
+	tests := []struct {
+		name  string
+		tweak func(p *specParams)
+		check func(s *specs.Spec) bool
+	}{
+		{"no swap accounting", func(p *specParams) { p.swap = false }, func(s *specs.Spec) bool {
+			return s.Linux.Resources.Memory.Swap == nil && *s.Linux.Resources.Memory.Limit == 1<<30
+		}},
+		{"seccomp off", func(p *specParams) { p.seccomp = false }, func(s *specs.Spec) bool { return s.Linux.Seccomp == nil }},
+		{"process args", func(p *specParams) { p.args = []string{"/bin/sleep", "1"} }, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{"/bin/sleep", "1"})
+		}},
+		{"env PATH kept", func(p *specParams) { p.spec.Env = []string{"PATH=/x"} }, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Env, []string{"PATH=/x"})
+		}},
+		{"workdir and hostname", func(p *specParams) { p.spec.Workdir, p.spec.Hostname = "/work", "h" }, func(s *specs.Spec) bool {
+			return s.Process.Cwd == "/work" && s.Hostname == "h"
+		}},
+		{"rw bind", func(p *specParams) { p.spec.Binds[0].Readonly = false }, func(s *specs.Spec) bool {
+			return slices.Contains(s.Mounts[len(s.Mounts)-1].Options, "rw")
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := baseParams()
+			tc.tweak(&p)
+			s, err := buildSpec(p)
+			if err != nil {
+				t.Fatalf("buildSpec(%s) = %v", tc.name, err)
+			}
+			if !tc.check(s) {
+				t.Errorf("buildSpec(%s) = %+v; check failed", tc.name, s.Process)
+			}
+		})
+	}
+}
+
+func TestBuildSpecInvalid(t *testing.T) {
+	tests := []struct {
+		name  string
+		tweak func(p *specParams)
+	}{
+		{"relative workdir", func(p *specParams) { p.spec.Workdir = "work" }},
+		{"no agent", func(p *specParams) { p.spec.AgentBinary = "" }},
+		{"relative agent", func(p *specParams) { p.spec.AgentBinary = "corral" }},
+		{"bind on root", func(p *specParams) { p.spec.Binds[0].Target = "/" }},
+		{"relative bind", func(p *specParams) { p.spec.Binds[0].Source = "usr" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := baseParams()
+			tc.tweak(&p)
+			if _, err := buildSpec(p); !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("buildSpec(%s) = %v; want ErrInvalidArgument", tc.name, err)
+			}
+		})
+	}
+}
+
+func TestSeccompProfile(t *testing.T) {
+	p := seccompProfile()
+	var denied []string
+	for _, s := range p.Syscalls {
+		if s.Action == specs.ActErrno && len(s.Args) == 0 {
+			denied = append(denied, s.Names...)
+		}
+	}
+	for _, c := range []string{"keyctl", "bpf", "mount", "unshare", "setns", "ptrace", "userfaultfd", "kexec_load", "init_module", "open_by_handle_at", "clone3"} {
+		if !slices.Contains(denied, c) {
+			t.Errorf("seccomp profile allows %s; want it denied", c)
+		}
+	}
+	for _, c := range []string{"read", "clone", "execve", "personality"} {
+		if slices.Contains(denied, c) {
+			t.Errorf("seccomp profile denies %s unconditionally; want it allowed", c)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"zero", Config{}, true},
+		{"default", Default(), true},
+		{"relative run dir", Config{RunDir: "run"}, false},
+		{"bad cgroup parent", Config{CgroupParent: "../x"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.cfg.Validate(); (err == nil) != tc.ok {
+				t.Errorf("Validate(%+v) = %v; want ok=%v", tc.cfg, err, tc.ok)
+			}
+		})
+	}
+	if c := (Config{}).withDefaults(); c.Binary != "crun" || c.Seccomp == nil || !*c.Seccomp {
+		t.Errorf("withDefaults() = %+v; want crun with seccomp", c)
+	}
+}

@@ -1,0 +1,307 @@
+// Package runtimetest is the conformance suite that every sandbox.Runtime
+// backend must pass (after containerd's snapshots/testsuite). A backend's
+// privileged test calls Run with a factory that skips when the backend
+// cannot run on the host.
+package runtimetest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+// Env describes what the suite needs to know about a backend under test.
+type Env struct {
+	// Spec returns a new spec whose PID 1 keeps running until it is
+	// signalled (a stand-in for the agent, so the suite does not depend on
+	// it). It is called once per sandbox.
+	Spec func(t *testing.T) *sandbox.Spec
+	// MountInfo is the mountinfo file in which the backend's mounts are
+	// visible; "" means /proc/self/mountinfo.
+	MountInfo string
+	// RunDir is the directory under which the backend keeps per-sandbox
+	// files: after Delete no mount may remain under RunDir/<id>, and that
+	// directory must be gone.
+	RunDir string
+	// CgroupDirs returns the cgroup directories of a sandbox that exist now;
+	// none may remain after Delete. Nil skips the check.
+	CgroupDirs func(id string) []string
+}
+
+// Run runs the suite. newRuntime is called once per sub-test and must
+// register its own cleanup.
+func Run(t *testing.T, newRuntime func(t *testing.T) (sandbox.Runtime, Env)) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, rt sandbox.Runtime, env Env)
+	}{
+		{"Lifecycle", testLifecycle},
+		{"DeleteRunning", testDeleteRunning},
+		{"DeleteIdempotent", testDeleteIdempotent},
+		{"StateUnknown", testStateUnknown},
+		{"CreateTwice", testCreateTwice},
+		{"StartTwice", testStartTwice},
+		{"StopNotStarted", testStopNotStarted},
+		{"InvalidID", testInvalidID},
+		{"Restart", testRestart},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, env := newRuntime(t)
+			tc.fn(t, rt, env)
+		})
+	}
+}
+
+// ID returns a sandbox id unique to t.
+func ID(t *testing.T) string {
+	r := strings.NewReplacer("/", "-", "_", "-", " ", "-", "#", "-")
+	id := strings.ToLower(r.Replace(t.Name()))
+	for strings.Contains(id, "--") {
+		id = strings.ReplaceAll(id, "--", "-")
+	}
+	return strings.Trim(id, "-")
+}
+
+// create creates id and registers its deletion.
+func create(t *testing.T, ctx context.Context, rt sandbox.Runtime, env Env, id string) {
+	t.Helper()
+	if err := rt.Create(ctx, id, env.Spec(t)); err != nil {
+		t.Fatalf("Create(%q) = %v; want nil", id, err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Delete(context.WithoutCancel(ctx), id); err != nil {
+			t.Errorf("cleanup: Delete(%q) = %v", id, err)
+		}
+	})
+}
+
+func wantState(t *testing.T, ctx context.Context, rt sandbox.Runtime, id string, want sandbox.Status) sandbox.State {
+	t.Helper()
+	st, err := rt.State(ctx, id)
+	if err != nil {
+		t.Fatalf("State(%q) error = %v; want %s", id, err, want)
+	}
+	if st.Status != want {
+		t.Fatalf("State(%q) = %+v; want status %s", id, st, want)
+	}
+	return st
+}
+
+// pidAlive reports whether pid exists and is not a zombie.
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// checkGone asserts that nothing of id is left: no process, mount, cgroup
+// or directory.
+func checkGone(t *testing.T, env Env, id string, pid int) {
+	t.Helper()
+	if pid > 0 && pidAlive(pid) {
+		t.Errorf("after Delete(%q): pid %d is alive; want gone", id, pid)
+	}
+	info := env.MountInfo
+	if info == "" {
+		info = "/proc/self/mountinfo"
+	}
+	if env.RunDir != "" {
+		dir := strings.TrimSuffix(env.RunDir, "/") + "/" + id
+		b, err := os.ReadFile(info)
+		if err != nil {
+			t.Fatalf("read %s: %v", info, err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+				t.Errorf("after Delete(%q): mount left: %s", id, l)
+			}
+		}
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after Delete(%q): Lstat(%q) = %v; want not exist", id, dir, err)
+		}
+	}
+	if env.CgroupDirs != nil {
+		if dirs := env.CgroupDirs(id); len(dirs) > 0 {
+			t.Errorf("after Delete(%q): cgroups left: %q", id, dirs)
+		}
+	}
+}
+
+// dialAgent checks that AgentAddr accepts connections (the listening
+// socket is held by the stand-in PID 1, which need not accept).
+func dialAgent(t *testing.T, rt sandbox.Runtime, id string) {
+	t.Helper()
+	addr := rt.AgentAddr(id)
+	p, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return // other schemes are checked by their backend
+	}
+	if len(p) >= 108 {
+		t.Logf("AgentAddr(%q) = %q is too long to dial", id, addr)
+		return
+	}
+	c, err := net.DialTimeout("unix", p, 5*time.Second)
+	if err != nil {
+		t.Errorf("dial AgentAddr(%q) = %q: %v; want a listening socket", id, addr, err)
+		return
+	}
+	c.Close()
+}
+
+func testLifecycle(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	create(t, ctx, rt, env, id)
+	wantState(t, ctx, rt, id, sandbox.StatusCreated)
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) = %v; want nil", id, err)
+	}
+	st := wantState(t, ctx, rt, id, sandbox.StatusRunning)
+	if st.Pid <= 0 || !pidAlive(st.Pid) {
+		t.Fatalf("State(%q).Pid = %d; want a live pid", id, st.Pid)
+	}
+	dialAgent(t, rt, id)
+	if err := rt.Stop(ctx, id, 200*time.Millisecond); err != nil {
+		t.Fatalf("Stop(%q) = %v; want nil", id, err)
+	}
+	wantState(t, ctx, rt, id, sandbox.StatusStopped)
+	if pidAlive(st.Pid) {
+		t.Errorf("after Stop(%q): pid %d alive; want gone", id, st.Pid)
+	}
+	if err := rt.Stop(ctx, id, time.Second); err != nil {
+		t.Errorf("Stop(%q) of a stopped sandbox = %v; want nil", id, err)
+	}
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete(%q) = %v; want nil", id, err)
+	}
+	if _, err := rt.State(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("State(%q) after Delete = %v; want ErrNotFound", id, err)
+	}
+	checkGone(t, env, id, st.Pid)
+}
+
+func testDeleteRunning(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	create(t, ctx, rt, env, id)
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) = %v; want nil", id, err)
+	}
+	st := wantState(t, ctx, rt, id, sandbox.StatusRunning)
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete(%q) = %v; want nil", id, err)
+	}
+	checkGone(t, env, id, st.Pid)
+}
+
+func testDeleteIdempotent(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Errorf("Delete(%q) of an unknown sandbox = %v; want nil", id, err)
+	}
+	create(t, ctx, rt, env, id)
+	for i := range 2 {
+		if err := rt.Delete(ctx, id); err != nil {
+			t.Errorf("Delete(%q) #%d = %v; want nil", id, i+1, err)
+		}
+	}
+	checkGone(t, env, id, 0)
+}
+
+func testStateUnknown(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	if st, err := rt.State(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("State(%q) = %+v, %v; want ErrNotFound", id, st, err)
+	}
+	if err := rt.Start(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Start(%q) = %v; want ErrNotFound", id, err)
+	}
+}
+
+func testCreateTwice(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	create(t, ctx, rt, env, id)
+	if err := rt.Create(ctx, id, env.Spec(t)); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("Create(%q) twice = %v; want ErrAlreadyExists", id, err)
+	}
+	// The failed Create must not have damaged the first one.
+	if err := rt.Start(ctx, id); err != nil {
+		t.Errorf("Start(%q) after a failed second Create = %v; want nil", id, err)
+	}
+}
+
+func testStartTwice(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	create(t, ctx, rt, env, id)
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) = %v; want nil", id, err)
+	}
+	if err := rt.Start(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Start(%q) twice = %v; want ErrFailedPrecondition", id, err)
+	}
+}
+
+func testStopNotStarted(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	create(t, ctx, rt, env, id)
+	if err := rt.Stop(ctx, id, time.Second); err != nil {
+		t.Errorf("Stop(%q) of a created sandbox = %v; want nil", id, err)
+	}
+}
+
+func testInvalidID(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	for _, id := range []string{"", "../escape", "a/b", "-x", strings.Repeat("a", 77)} {
+		if err := rt.Create(ctx, id, env.Spec(t)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Create(%q) = %v; want ErrInvalidArgument", id, err)
+		}
+		if _, err := rt.State(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("State(%q) = %v; want ErrInvalidArgument", id, err)
+		}
+	}
+}
+
+func testRestart(t *testing.T, rt sandbox.Runtime, env Env) {
+	ctx := testutil.Context(t)
+	id := ID(t)
+	create(t, ctx, rt, env, id)
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) = %v; want nil", id, err)
+	}
+	first := wantState(t, ctx, rt, id, sandbox.StatusRunning)
+	if err := rt.Stop(ctx, id, 0); err != nil {
+		t.Fatalf("Stop(%q) = %v; want nil", id, err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) of a stopped sandbox = %v; want nil", id, err)
+	}
+	second := wantState(t, ctx, rt, id, sandbox.StatusRunning)
+	if second.Pid == first.Pid {
+		t.Errorf("State(%q).Pid after restart = %d; want a new pid", id, second.Pid)
+	}
+	dialAgent(t, rt, id)
+	if err := rt.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete(%q) = %v; want nil", id, err)
+	}
+	checkGone(t, env, id, second.Pid)
+}
