@@ -671,3 +671,23 @@ func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 		Time:             time.Now(),
 	}, nil
 }
+
+// RunRaw runs "<runtime> run --bundle bundle id" in the foreground on the
+// runtime's thread and waits for it: the plain OCI path with no Corral on
+// top, used by `corral bench` as the baseline. The runtime removes the
+// container when its process exits.
+func (r *Runtime) RunRaw(ctx context.Context, bundle, id string) error {
+	cmd := exec.CommandContext(ctx, r.binary, "--root", r.cfg.StateDir, "run", "--bundle", bundle, id)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := r.ns.Do(cmd.Start); err != nil {
+		return fmt.Errorf("raw run %s: %w", id, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("raw run %s: %w: %s", id, err, bytes.TrimSpace(out.Bytes()))
+	}
+	return nil
+}
+
+// Binary is the path of the OCI runtime binary in use.
+func (r *Runtime) Binary() string { return r.binary }

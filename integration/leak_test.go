@@ -1,0 +1,79 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// leftovers lists what sandboxes of d still own on the host: mounts under
+// its directories (in the host's and in the daemon's mount namespace), loop
+// devices backed by its files, cgroups under its parent, processes in them,
+// and per-sandbox files.
+func (d *daemon) leftovers() []string {
+	var found []string
+	mountFiles := []string{"/proc/self/mountinfo"}
+	if d.cmd != nil {
+		mountFiles = append(mountFiles, filepath.Join("/proc", itoa(d.cmd.Process.Pid), "mountinfo"))
+	}
+	for _, mf := range mountFiles {
+		f, err := os.Open(mf)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 5 {
+				continue
+			}
+			mp := fields[4]
+			if strings.HasPrefix(mp, d.root+"/") || strings.HasPrefix(mp, d.run+"/") {
+				found = append(found, "mount "+mp+" (in "+mf+")")
+			}
+		}
+		f.Close()
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		b, err := os.ReadFile(l)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), d.root+"/") {
+			found = append(found, "loop device "+l+" -> "+strings.TrimSpace(string(b)))
+		}
+	}
+	cgDirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + d.cgroup + "/*")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/" + d.cgroup + "/*")
+	for _, c := range append(cgDirs, v2...) {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			found = append(found, "cgroup "+c)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "/"+d.cgroup+"/") {
+			found = append(found, "process "+filepath.Dir(p))
+		}
+	}
+	for _, dir := range []string{filepath.Join(d.run, "sandboxes"), filepath.Join(d.root, "overlay", "active")} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			found = append(found, "file "+filepath.Join(dir, e.Name()))
+		}
+	}
+	return found
+}
+
+// requireNoLeftovers fails the test when anything of a sandbox remains.
+func (d *daemon) requireNoLeftovers() {
+	d.t.Helper()
+	if l := d.leftovers(); len(l) > 0 {
+		d.t.Fatalf("left behind after removal:\n  %s", strings.Join(l, "\n  "))
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
