@@ -1,0 +1,189 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/corral-sandbox/corral/internal/identifiers"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// DefaultConfigPath is where corral serve looks for its configuration.
+const DefaultConfigPath = "/etc/corral/config.toml"
+
+// Config is the TOML configuration of corral serve (version = 1).
+//
+// To add a field: add it here with a doc comment and a toml tag, give it a
+// default in DefaultConfig, check it in Validate, use it in New, and (for a
+// flag) let internal/cli set it.
+type Config struct {
+	// Version is the configuration format; only 1 exists.
+	Version int `toml:"version"`
+	// Root holds the daemon's state: meta.db, images and layers.
+	Root string `toml:"root"`
+	// RunDir holds run-time state: the API socket, runtime state and one
+	// directory per sandbox (its agent socket). It is on tmpfs, so a host
+	// reboot clears it.
+	RunDir string `toml:"run_dir"`
+	// Socket is the API's unix socket (mode 0660, no authentication).
+	Socket string `toml:"socket"`
+	// Listen is an optional TCP address ("127.0.0.1:7070") of the API, where
+	// every request needs the bearer token of TokenFile.
+	Listen string `toml:"listen"`
+	// TokenFile holds the bearer token for Listen; required when Listen is
+	// set.
+	TokenFile string `toml:"token_file"`
+	// DefaultRuntime is the runtime of requests that name none.
+	DefaultRuntime string `toml:"default_runtime"`
+	// Runtimes are the OCI runtimes to offer ("crun", "runc"); each one is
+	// available only if its binary is found. A request for a missing one
+	// fails: it never falls back.
+	Runtimes []string `toml:"runtimes"`
+	// CgroupParent is the cgroup under which each sandbox gets its own.
+	CgroupParent string `toml:"cgroup_parent"`
+	// DefaultImage is the image of requests that name none.
+	DefaultImage string `toml:"default_image"`
+	// Resources are the default limits of a sandbox.
+	Resources Resources `toml:"resources"`
+	// AgentBinary is the static corral binary run as each sandbox's PID 1;
+	// empty means this executable.
+	AgentBinary string `toml:"agent_binary"`
+	// DiskPoolSize is how many formatted writable-layer disks are kept
+	// ready (0: the layer store's default; negative: none).
+	DiskPoolSize int `toml:"disk_pool_size"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+}
+
+// Resources are the default limits of a sandbox.
+type Resources struct {
+	// CPUs is the CPU quota in cores.
+	CPUs float64 `toml:"cpus"`
+	// MemoryBytes is the memory limit.
+	MemoryBytes int64 `toml:"memory_bytes"`
+	// DiskBytes is the size of the writable layer.
+	DiskBytes int64 `toml:"disk_bytes"`
+	// Pids is the maximum number of tasks.
+	Pids int64 `toml:"pids"`
+}
+
+// DefaultConfig returns the built-in defaults.
+func DefaultConfig() Config {
+	return Config{
+		Version:        1,
+		Root:           "/var/lib/corral",
+		RunDir:         "/run/corral",
+		Socket:         "/run/corral/corral.sock",
+		DefaultRuntime: "crun",
+		Runtimes:       []string{"crun", "runc"},
+		CgroupParent:   "corral",
+		DefaultImage:   sandbox.DefaultImage,
+		Resources: Resources{
+			CPUs:        sandbox.DefaultCPUs,
+			MemoryBytes: sandbox.DefaultMemoryBytes,
+			DiskBytes:   sandbox.DefaultDiskBytes,
+			Pids:        sandbox.DefaultPids,
+		},
+		LogLevel: "info",
+	}
+}
+
+// LoadConfig reads path over DefaultConfig. A missing file at
+// DefaultConfigPath (or an empty path) gives the defaults; a missing file
+// elsewhere is an error. Unknown keys are errors.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && path == DefaultConfigPath {
+			return cfg, nil
+		}
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	cfg.Version = 0 // the file must say which format it is
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		var strict *toml.StrictMissingError
+		if errors.As(err, &strict) {
+			return cfg, fmt.Errorf("config %s: unknown keys:\n%s: %w", path, strict.String(), errdefs.ErrInvalidArgument)
+		}
+		return cfg, fmt.Errorf("config %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks cfg.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	switch {
+	case c.Version != 1:
+		return bad("version = %d: only version = 1 is supported (set version = 1)", c.Version)
+	case !filepath.IsAbs(c.Root):
+		return bad("root %q must be an absolute path", c.Root)
+	case !filepath.IsAbs(c.RunDir):
+		return bad("run_dir %q must be an absolute path", c.RunDir)
+	case !filepath.IsAbs(c.Socket):
+		return bad("socket %q must be an absolute path", c.Socket)
+	case c.Listen != "" && c.TokenFile == "":
+		return bad("token_file is required when listen (%q) is set", c.Listen)
+	case len(c.Runtimes) == 0:
+		return bad("runtimes must name at least one runtime")
+	case c.AgentBinary != "" && !filepath.IsAbs(c.AgentBinary):
+		return bad("agent_binary %q must be an absolute path", c.AgentBinary)
+	case c.Resources.CPUs < 0 || c.Resources.MemoryBytes < 0 || c.Resources.DiskBytes < 0 || c.Resources.Pids < 0:
+		return bad("resources must not be negative")
+	case c.Resources.MemoryBytes != 0 && c.Resources.MemoryBytes < sandbox.MinMemoryBytes:
+		return bad("resources.memory_bytes %d is below %d", c.Resources.MemoryBytes, sandbox.MinMemoryBytes)
+	case c.Resources.DiskBytes != 0 && c.Resources.DiskBytes < sandbox.MinDiskBytes:
+		return bad("resources.disk_bytes %d is below %d", c.Resources.DiskBytes, sandbox.MinDiskBytes)
+	case c.Resources.Pids != 0 && c.Resources.Pids < sandbox.MinPids:
+		return bad("resources.pids %d is below %d", c.Resources.Pids, sandbox.MinPids)
+	}
+	for _, r := range c.Runtimes {
+		if err := identifiers.Validate("runtime", r); err != nil {
+			return err
+		}
+	}
+	if !contains(c.Runtimes, c.DefaultRuntime) {
+		return bad("default_runtime %q is not in runtimes %v", c.DefaultRuntime, c.Runtimes)
+	}
+	if err := identifiers.Validate("default_image", c.DefaultImage); err != nil {
+		return err
+	}
+	if err := identifiers.Validate("cgroup_parent", c.CgroupParent); err != nil {
+		return err
+	}
+	if c.LogLevel != "" {
+		switch c.LogLevel {
+		case "debug", "info", "warn", "error":
+		default:
+			return bad("log_level %q must be debug, info, warn or error", c.LogLevel)
+		}
+	}
+	return nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name, toml string
+		wantErr    string
+	}{
+		{"minimal", "version = 1\n", ""},
+		{"full", `version = 1
+root = "/srv/corral"
+listen = "127.0.0.1:7070"
+token_file = "/etc/corral/token"
+default_runtime = "runc"
+runtimes = ["runc"]
+[resources]
+memory_bytes = 536870912
+pids = 256
+`, ""},
+		{"no version", "root = \"/x\"\n", "version = 0"},
+		{"version 2", "version = 2\n", "version = 2"},
+		{"unknown key", "version = 1\nrooot = \"/x\"\n", "rooot"},
+		{"relative root", "version = 1\nroot = \"x\"\n", "root"},
+		{"listen without token", "version = 1\nlisten = \":7070\"\n", "token_file"},
+		{"default runtime missing", "version = 1\nruntimes = [\"runc\"]\n", "default_runtime"},
+		{"tiny memory", "version = 1\n[resources]\nmemory_bytes = 5\n", "resources.memory_bytes"},
+		{"bad log level", "version = 1\nlog_level = \"loud\"\n", "log_level"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := LoadConfig(write(tc.toml))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("LoadConfig(%q) = %v; want nil", tc.toml, err)
+				}
+				return
+			}
+			if err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("LoadConfig(%q) = %+v, %v; want invalid argument naming %q", tc.toml, cfg, err, tc.wantErr)
+			}
+		})
+	}
+	cfg, err := LoadConfig(write("version = 1\nroot = \"/srv/corral\"\n"))
+	if err != nil || cfg.Root != "/srv/corral" || cfg.Socket != "/run/corral/corral.sock" || cfg.DefaultRuntime != "crun" {
+		t.Errorf("LoadConfig() = %+v, %v; want root /srv/corral over the defaults", cfg, err)
+	}
+	if _, err := LoadConfig(filepath.Join(dir, "missing.toml")); err == nil {
+		t.Errorf("LoadConfig(missing) = nil; want error")
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+func TestLock(t *testing.T) {
+	p := filepath.Join(t.TempDir(), LockFile)
+	unlock, err := lock(p)
+	if err != nil {
+		t.Fatalf("lock() = %v", err)
+	}
+	if _, err := lock(p); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "another corral daemon") {
+		t.Errorf("second lock() = %v; want unavailable naming another daemon", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err = lock(p)
+	if err != nil {
+		t.Fatalf("lock() after unlock = %v", err)
+	}
+	unlock()
+}
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ content, want string }{{"abc\n", "abc"}, {"  \n", ""}, {"a b", ""}} {
+		p := filepath.Join(dir, "tok")
+		os.WriteFile(p, []byte(tc.content), 0o600)
+		got, err := readToken(p)
+		if got != tc.want || (tc.want == "") != (err != nil) {
+			t.Errorf("readToken(%q) = %q, %v; want %q", tc.content, got, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,354 @@
+// Package daemon wires corral serve: configuration, start and stop order of
+// the components (lock, metadata, layer and image stores, runtimes, the
+// sandbox Manager and its recovery, the HTTP API) and signal handling.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/cleanup"
+	"github.com/corral-sandbox/corral/internal/httpapi"
+	"github.com/corral-sandbox/corral/internal/image"
+	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/meta"
+	"github.com/corral-sandbox/corral/internal/runtime/oci"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
+	"github.com/corral-sandbox/corral/internal/version"
+)
+
+// LockFile under Root makes sure only one daemon uses a root.
+const LockFile = "daemon.lock"
+
+// shutdownTimeout bounds the graceful HTTP shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// Daemon is a running engine without listeners: tests and embedding
+// programs serve Handler themselves.
+type Daemon struct {
+	cfg     Config
+	manager *sandbox.Manager
+	api     *httpapi.Server
+	// closers run last first in Close.
+	closers []func() error
+}
+
+// New starts the engine: it locks Root, opens the metadata and the stores,
+// finds the runtimes and recovers the sandboxes of a previous daemon.
+func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg}
+	defer func() {
+		if retErr != nil {
+			d.Close()
+		}
+	}()
+	for _, dir := range []string{cfg.Root, cfg.RunDir} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	unlock, err := lock(filepath.Join(cfg.Root, LockFile))
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, unlock)
+
+	db, err := meta.Open(ctx, cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, db.Close)
+
+	ocfg := overlay.DefaultConfig()
+	ocfg.Root = filepath.Join(cfg.Root, "overlay")
+	ocfg.DefaultDiskBytes = cfg.Resources.DiskBytes
+	ocfg.PoolSize = cfg.DiskPoolSize
+	if err := ocfg.Validate(); err != nil {
+		return nil, err
+	}
+	layers, err := overlay.New(ocfg.Root, ocfg.Opts()...)
+	if err != nil {
+		return nil, fmt.Errorf("layer store: %w", err)
+	}
+	d.closers = append(d.closers, layers.Close)
+
+	images, err := image.New(filepath.Join(cfg.Root, "images"), layers)
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := images.EnsureBuiltins(ctx); err != nil {
+		return nil, fmt.Errorf("built-in images: %w", err)
+	}
+
+	runtimes := map[string]sandbox.Runtime{}
+	for _, name := range cfg.Runtimes {
+		if _, err := exec.LookPath(name); err != nil {
+			log.G(ctx).Warn("runtime not available: binary not found", "runtime", name)
+			continue
+		}
+		rt, err := oci.New(oci.Config{
+			Binary:       name,
+			StateDir:     filepath.Join(cfg.RunDir, name, "state"),
+			RunDir:       filepath.Join(cfg.RunDir, name, "sandboxes"),
+			CgroupParent: cfg.CgroupParent,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s: %w", name, err)
+		}
+		d.closers = append(d.closers, rt.Close)
+		runtimes[name] = rt
+	}
+	if runtimes[cfg.DefaultRuntime] == nil {
+		return nil, fmt.Errorf("default runtime %s: binary not found: %w", cfg.DefaultRuntime, errdefs.ErrUnavailable)
+	}
+
+	agentBin := cfg.AgentBinary
+	if agentBin == "" {
+		if agentBin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("agent binary: %w", err)
+		}
+	}
+	m, err := sandbox.NewManager(sandbox.ManagerConfig{
+		Runtimes:       runtimes,
+		DefaultRuntime: cfg.DefaultRuntime,
+		Layers:         layers,
+		Images:         images,
+		Store:          db,
+		AgentReady:     agentReady,
+		AgentBinary:    agentBin,
+		DefaultImage:   cfg.DefaultImage,
+		DefaultResources: sandbox.Resources{
+			CPUs: cfg.Resources.CPUs, MemoryBytes: cfg.Resources.MemoryBytes,
+			DiskBytes: cfg.Resources.DiskBytes, Pids: cfg.Resources.Pids,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, m.Close)
+	d.manager = m
+	if err := m.Recover(ctx); err != nil {
+		return nil, err
+	}
+
+	d.api, err = httpapi.New(httpapi.Config{
+		Manager: m,
+		Images:  imageAPI{images},
+		Version: rest.Version{
+			Version:   version.Version,
+			GoVersion: goruntime.Version(),
+			Runtimes:  m.Runtimes(),
+			Cgroup:    cgroupMode(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Manager returns the sandbox Manager.
+func (d *Daemon) Manager() *sandbox.Manager { return d.manager }
+
+// Handler returns the API without authentication.
+func (d *Daemon) Handler() http.Handler { return d.api.Handler() }
+
+// Close stops the engine in reverse start order. Sandboxes keep running: the
+// next daemon recovers them.
+func (d *Daemon) Close() error {
+	var errs []error
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		errs = append(errs, d.closers[i]())
+	}
+	d.closers = nil
+	return errors.Join(errs...)
+}
+
+// Run is corral serve: it starts the engine, serves the API on the unix
+// socket (and on Listen with a bearer token) until ctx ends or SIGTERM or
+// SIGINT arrives, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	cu := cleanup.Cleanup{}
+	defer cu.Clean()
+	var listeners []struct {
+		l net.Listener
+		h http.Handler
+	}
+	ul, err := listenUnix(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	cu.Add(func() { ul.Close(); os.Remove(cfg.Socket) })
+	listeners = append(listeners, struct {
+		l net.Listener
+		h http.Handler
+	}{ul, d.Handler()})
+	if cfg.Listen != "" {
+		token, err := readToken(cfg.TokenFile)
+		if err != nil {
+			return err
+		}
+		tl, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
+		cu.Add(func() { tl.Close() })
+		listeners = append(listeners, struct {
+			l net.Listener
+			h http.Handler
+		}{tl, httpapi.RequireToken(token, d.Handler())})
+	}
+
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true) // lets clients run bidirectional agent streams
+	errc := make(chan error, len(listeners))
+	var servers []*http.Server
+	for _, ln := range listeners {
+		srv := &http.Server{
+			Handler:           ln.h,
+			Protocols:         &protos,
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		}
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(ln.l) }()
+		log.G(ctx).Info("serving API", "address", ln.l.Addr().String())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.G(ctx).Info("shutting down")
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close() // streams still open after the grace period
+		}
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	return nil
+}
+
+// listenUnix removes a stale socket file (we hold the root lock, so no
+// daemon serves it) and listens on path with mode 0660.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, fmt.Errorf("socket dir: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("socket %s exists and is not a socket: %w", path, errdefs.ErrFailedPrecondition)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	old := unix.Umask(0o117)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod socket: %w", err)
+	}
+	return l, nil
+}
+
+// readToken reads the bearer token file; it must hold a non-empty token.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token_file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" || strings.ContainsAny(t, " \t\r\n") {
+		return "", fmt.Errorf("token_file %s must hold one non-empty token: %w", path, errdefs.ErrInvalidArgument)
+	}
+	return t, nil
+}
+
+// lock takes an exclusive flock on path, failing at once when another
+// daemon holds it.
+func lock(path string) (func() error, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another corral daemon uses %s (lock %s is held): %w", filepath.Dir(path), path, errdefs.ErrUnavailable)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f.Close, nil
+}
+
+// agentReady waits until the agent at addr answers its health check.
+func agentReady(ctx context.Context, addr string) error {
+	c, err := agentclient.New(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.WaitReady(ctx)
+}
+
+// cgroupMode reports "v2", "hybrid" or "v1".
+func cgroupMode() string {
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return "v2"
+	}
+	if unix.Statfs("/sys/fs/cgroup/unified", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return "hybrid"
+	}
+	return "v1"
+}
+
+// imageAPI adapts the image store to httpapi.Images.
+type imageAPI struct{ s *image.Store }
+
+func (a imageAPI) List(ctx context.Context) ([]sandbox.Image, error) { return a.s.List(ctx) }
+func (a imageAPI) Remove(ctx context.Context, name string) error     { return a.s.Remove(ctx, name) }
+func (a imageAPI) Import(ctx context.Context, name string, r io.Reader) (sandbox.Image, error) {
+	return a.s.ImportTar(ctx, name, r)
+}

@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/corral-sandbox/corral/api/gen/process"
+	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+// buildAgent builds the static stand-in agent (testdata/agent).
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "corral")
+	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "build", "-o", out, "./testdata/agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, b)
+	}
+	return out
+}
+
+func TestDaemonEndToEnd(t *testing.T) {
+	testutil.RequiresRoot(t)
+	agentBin := buildAgent(t)
+	for _, rt := range []string{"runc", "crun"} {
+		t.Run(rt, func(t *testing.T) {
+			testutil.RequiresBinary(t, rt)
+			ctx := testutil.Context(t)
+			cfg := DefaultConfig()
+			cfg.Root = t.TempDir()
+			cfg.RunDir = t.TempDir()
+			cfg.Socket = filepath.Join(cfg.RunDir, "corral.sock")
+			cfg.Runtimes = []string{rt}
+			cfg.DefaultRuntime = rt
+			cfg.CgroupParent = "corraltest" + rt
+			t.Cleanup(func() { // the runtime keeps the shared parent cgroup; this one is ours
+				dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cfg.CgroupParent)
+				dirs2, _ := filepath.Glob("/sys/fs/cgroup/" + cfg.CgroupParent)
+				for _, d := range append(dirs, dirs2...) {
+					os.Remove(d)
+				}
+			})
+			cfg.AgentBinary = agentBin
+			cfg.DiskPoolSize = -1
+			cfg.Resources.DiskBytes = 64 << 20
+			d, err := New(ctx, cfg)
+			if err != nil {
+				t.Fatalf("New() = %v", err)
+			}
+			defer d.Close()
+			srv := httptest.NewUnstartedServer(d.Handler())
+			var protos http.Protocols
+			protos.SetHTTP1(true)
+			protos.SetUnencryptedHTTP2(true)
+			srv.Config.Protocols = &protos
+			srv.Start()
+			defer srv.Close()
+
+			resp, err := http.Post(srv.URL+"/v1/sandboxes", "application/json", strings.NewReader(`{"image":"busybox","name":"e2e"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sb rest.Sandbox
+			json.NewDecoder(resp.Body).Decode(&sb)
+			resp.Body.Close()
+			if resp.StatusCode != 201 {
+				t.Fatalf("POST /v1/sandboxes = %d", resp.StatusCode)
+			}
+			t.Cleanup(func() { d.Manager().Delete(ctx, sb.ID, true) })
+
+			c, err := agentclient.New(srv.URL + sb.AgentPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			stream, err := c.Process.Start(ctx, connect.NewRequest(&process.StartRequest{
+				Process: &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo hello from $(hostname)"}},
+			}))
+			if err != nil {
+				t.Fatalf("Start() through the proxy = %v", err)
+			}
+			var out bytes.Buffer
+			exit := int32(-1)
+			for stream.Receive() {
+				ev := stream.Msg().GetEvent()
+				out.Write(ev.GetData().GetStdout())
+				if e := ev.GetEnd(); e != nil {
+					exit = e.GetExitCode()
+				}
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatalf("stream = %v", err)
+			}
+			if got := out.String(); got != "hello from e2e\n" || exit != 0 {
+				t.Errorf("exec output = %q exit %d; want \"hello from e2e\\n\" exit 0", got, exit)
+			}
+
+			// A restarted daemon recovers the running sandbox.
+			srv.Close()
+			c.Close()
+			if err := d.Close(); err != nil {
+				t.Fatalf("Close() = %v", err)
+			}
+			d, err = New(ctx, cfg)
+			if err != nil {
+				t.Fatalf("New() after restart = %v", err)
+			}
+			defer d.Close()
+			if rec, err := d.Manager().Get(ctx, "e2e"); err != nil || rec.ID != sb.ID || rec.State != "running" {
+				t.Fatalf("Get(e2e) after restart = %+v, %v; want %s running", rec, err, sb.ID)
+			}
+			srv = httptest.NewServer(d.Handler())
+			defer srv.Close()
+			resp, err = http.Get(srv.URL + sb.AgentPath + "/health")
+			if err != nil || resp.StatusCode/100 != 2 {
+				t.Fatalf("agent health after restart = %v, %v; want 2xx", resp, err)
+			}
+			resp.Body.Close()
+
+			req, _ := http.NewRequest("DELETE", srv.URL+"/v1/sandboxes/e2e", nil)
+			resp, err = http.DefaultClient.Do(req)
+			if err != nil || resp.StatusCode != 204 {
+				t.Fatalf("DELETE = %v %v; want 204", resp.StatusCode, err)
+			}
+			assertNothingLeft(t, cfg, sb.ID)
+		})
+	}
+}
+
+// assertNothingLeft checks mounts, cgroups, run-time files and processes of
+// sandbox id are gone.
+func assertNothingLeft(t *testing.T, cfg Config, id string) {
+	t.Helper()
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		if strings.Contains(l, id) || strings.Contains(l, cfg.RunDir) {
+			t.Errorf("mount left: %s", l)
+		}
+	}
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/" + cfg.CgroupParent + "/" + id)
+	cg2, _ := filepath.Glob("/sys/fs/cgroup/" + cfg.CgroupParent + "/" + id)
+	if left := append(cg, cg2...); len(left) > 0 {
+		t.Errorf("cgroups left: %v", left)
+	}
+	filepath.WalkDir(cfg.RunDir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && strings.Contains(p, id) {
+			t.Errorf("run-time file left: %s", p)
+		}
+		return nil
+	})
+	filepath.WalkDir(filepath.Join(cfg.Root, "overlay"), func(p string, e os.DirEntry, err error) error {
+		if err == nil && strings.Contains(p, id) {
+			t.Errorf("layer file left: %s", p)
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), cfg.AgentBinary) || strings.Contains(string(b), "/.corral/corral") {
+			t.Errorf("process left: %s %q", p, fmt.Sprint(strings.ReplaceAll(string(b), "\x00", " ")))
+		}
+	}
+}

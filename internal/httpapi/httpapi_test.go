@@ -1,0 +1,311 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+type fixture struct {
+	env   *sandboxtest.Env
+	m     *sandbox.Manager
+	srv   *httptest.Server
+	agent *httptest.Server
+	// agentReqs receives a summary of each request the fake agent gets.
+	agentReqs chan string
+	// release lets the fake agent's stream send its last chunk.
+	release chan struct{}
+}
+
+func newFixture(t *testing.T, token string) *fixture {
+	t.Helper()
+	f := &fixture{env: sandboxtest.NewEnv(), agentReqs: make(chan string, 16), release: make(chan struct{})}
+	f.agent = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		f.agentReqs <- fmt.Sprintf("%s %s %s?%s auth=%q sbx=%q body=%q", r.Proto, r.Method, r.URL.Path, r.URL.RawQuery,
+			r.Header.Get("Authorization"), r.Header.Get(SandboxIDHeader), body)
+		if r.URL.Path == "/stream" {
+			fmt.Fprintln(w, "first")
+			w.(http.Flusher).Flush()
+			<-f.release
+			fmt.Fprintln(w, "last")
+			return
+		}
+		fmt.Fprint(w, "agent ok")
+	}))
+	// Like the real agent: HTTP/1 and h2c.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	f.agent.Config.Protocols = &protos
+	f.agent.Start()
+	t.Cleanup(f.agent.Close)
+	f.env.Runtime.Addr = func(string) string { return "tcp://" + f.agent.Listener.Addr().String() }
+	m, err := sandbox.NewManager(f.env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	f.m = m
+	s, err := New(Config{Manager: m, Images: f.env.Images, Version: rest.Version{Version: "test", Runtimes: m.Runtimes()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	if token != "" {
+		h = RequireToken(token, h)
+	}
+	ctx := testutil.Context(t)
+	f.srv = httptest.NewUnstartedServer(h)
+	f.srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// do sends a request and returns the status and body.
+func (f *fixture) do(t *testing.T, method, path, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func errCode(t *testing.T, body string) string {
+	t.Helper()
+	var e rest.Error
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("error body %q is not a rest.Error: %v", body, err)
+	}
+	return e.Error.Code
+}
+
+func TestControlPlane(t *testing.T) {
+	f := newFixture(t, "")
+	code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"web","env":{"SECRET":"s3cr3t"},"timeout_seconds":3600,"labels":{"a":"b"}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/sandboxes = %d %s; want 201", code, body)
+	}
+	var sb rest.Sandbox
+	if err := json.Unmarshal([]byte(body), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != "running" || sb.Name != "web" || sb.Deadline == nil || sb.AgentPath != "/v1/sandboxes/"+sb.ID+"/agent" {
+		t.Errorf("created sandbox = %+v; want running, named web, with deadline and agent path", sb)
+	}
+
+	tests := []struct {
+		name, method, path, body string
+		wantCode                 int
+		wantErr                  string // rest error code, or "" for success
+		wantBody                 string // substring
+	}{
+		{"health", "GET", "/health", "", 200, "", `"ok"`},
+		{"openapi", "GET", "/openapi.yaml", "", 200, "", "openapi: 3.0"},
+		{"version", "GET", "/v1/version", "", 200, "", `"version": "test"`},
+		{"get by id", "GET", "/v1/sandboxes/" + sb.ID, "", 200, "", `"memory_limit_bytes": 1073741824`},
+		{"get by name", "GET", "/v1/sandboxes/web", "", 200, "", sb.ID},
+		{"list", "GET", "/v1/sandboxes", "", 200, "", sb.ID},
+		{"get unknown", "GET", "/v1/sandboxes/nope", "", 404, "not_found", "nope"},
+		{"bad json", "POST", "/v1/sandboxes", `{`, 400, "invalid_argument", "decode"},
+		{"unknown field", "POST", "/v1/sandboxes", `{"imagee":"x"}`, 400, "invalid_argument", "imagee"},
+		{"trailing data", "POST", "/v1/sandboxes", `{} {}`, 400, "invalid_argument", "after the JSON"},
+		{"huge body", "POST", "/v1/sandboxes", `{"name":"` + strings.Repeat("a", 2<<20) + `"}`, 400, "invalid_argument", "larger than"},
+		{"bad memory", "POST", "/v1/sandboxes", `{"resources":{"memory_bytes":5}}`, 400, "invalid_argument", "resources.memory_bytes"},
+		{"negative timeout", "POST", "/v1/sandboxes", `{"timeout_seconds":-1}`, 400, "invalid_argument", "timeout_seconds"},
+		{"unknown image", "POST", "/v1/sandboxes", `{"image":"nope"}`, 404, "not_found", "known images: busybox, host"},
+		{"dup name", "POST", "/v1/sandboxes", `{"name":"web"}`, 409, "already_exists", "web"},
+		{"bad runtime", "POST", "/v1/sandboxes", `{"runtime":"runsc"}`, 400, "invalid_argument", "runtime"},
+		{"bad force", "DELETE", "/v1/sandboxes/web?force=maybe", "", 400, "invalid_argument", "force"},
+		{"images", "GET", "/v1/images", "", 200, "", `"default": true`},
+		{"import", "POST", "/v1/images/mine", "tar bytes", 201, "", `"size": 9`},
+		{"import again", "POST", "/v1/images/mine", "tar bytes", 409, "already_exists", "mine"},
+		{"import bad name", "POST", "/v1/images/..", "x", 404, "", ""},
+		{"import bad name 2", "POST", "/v1/images/a..b", "x", 400, "invalid_argument", "image name"},
+		{"remove in use", "DELETE", "/v1/images/host", "", 412, "failed_precondition", sb.ID},
+		{"remove builtin", "DELETE", "/v1/images/busybox", "", 412, "failed_precondition", "built in"},
+		{"remove", "DELETE", "/v1/images/mine", "", 204, "", ""},
+		{"remove missing", "DELETE", "/v1/images/mine", "", 404, "not_found", "mine"},
+		{"delete", "DELETE", "/v1/sandboxes/web", "", 204, "", ""},
+		{"delete again", "DELETE", "/v1/sandboxes/web", "", 404, "not_found", "web"},
+		{"wrong method", "PUT", "/v1/sandboxes", "", 405, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, tc.method, tc.path, tc.body)
+			if code != tc.wantCode {
+				t.Fatalf("%s %s = %d %s; want %d", tc.method, tc.path, code, body, tc.wantCode)
+			}
+			if tc.wantErr != "" {
+				if got := errCode(t, body); got != tc.wantErr {
+					t.Errorf("%s %s error code = %q; want %q", tc.method, tc.path, got, tc.wantErr)
+				}
+			}
+			if !strings.Contains(body, tc.wantBody) {
+				t.Errorf("%s %s body = %s; want it to contain %q", tc.method, tc.path, body, tc.wantBody)
+			}
+			if strings.Contains(body, "s3cr3t") && tc.name != "get by id" && tc.name != "get by name" && tc.name != "list" {
+				t.Errorf("%s %s body leaks an env value", tc.method, tc.path)
+			}
+		})
+	}
+	if left := f.env.Empty(); left != "" {
+		t.Errorf("after delete, left: %s", left)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	f := newFixture(t, "tok3n")
+	tests := []struct {
+		name, auth string
+		want       int
+	}{
+		{"none", "", 401},
+		{"wrong", "Bearer nope", 401},
+		{"prefix", "Bearer tok3", 401},
+		{"basic", "Basic dG9rM24=", 401},
+		{"right", "Bearer tok3n", 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, "GET", "/v1/version", "", "Authorization", tc.auth)
+			if code != tc.want {
+				t.Fatalf("GET /v1/version with %q = %d %s; want %d", tc.auth, code, body, tc.want)
+			}
+			if code == 401 && errCode(t, body) != "unauthorized" {
+				t.Errorf("401 body = %s; want code unauthorized", body)
+			}
+		})
+	}
+}
+
+func TestProxy(t *testing.T) {
+	f := newFixture(t, "tok3n")
+	auth := []string{"Authorization", "Bearer tok3n"}
+	code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"px"}`, auth...)
+	if code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var sb rest.Sandbox
+	_ = json.Unmarshal([]byte(body), &sb)
+	tests := []struct {
+		name, method, path, body string
+		hdr                      []string
+		want                     string
+	}{
+		{"by path", "POST", "/v1/sandboxes/" + sb.ID + "/agent/process.Process/Start?x=1", "in", auth,
+			`HTTP/2.0 POST /process.Process/Start?x=1 auth="" sbx="" body="in"`},
+		{"by name", "GET", "/v1/sandboxes/px/agent/files?path=/etc/hosts", "", auth,
+			`HTTP/2.0 GET /files?path=/etc/hosts auth="" sbx="" body=""`},
+		{"header process", "POST", "/process.Process/List", "{}", append([]string{SandboxIDHeader, sb.ID}, auth...),
+			`HTTP/2.0 POST /process.Process/List? auth="" sbx="" body="{}"`},
+		{"header fs", "POST", "/filesystem.Filesystem/Stat", "{}", append([]string{SandboxIDHeader, sb.ID}, auth...),
+			`HTTP/2.0 POST /filesystem.Filesystem/Stat? auth="" sbx="" body="{}"`},
+		{"header files", "GET", "/files?path=a", "", append([]string{SandboxIDHeader, "px"}, auth...),
+			`HTTP/2.0 GET /files?path=a auth="" sbx="" body=""`},
+		{"header health", "GET", "/health", "", append([]string{SandboxIDHeader, "px"}, auth...),
+			`HTTP/2.0 GET /health? auth="" sbx="" body=""`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, tc.method, tc.path, tc.body, tc.hdr...)
+			if code != 200 || body != "agent ok" {
+				t.Fatalf("%s %s = %d %q; want 200 from the agent", tc.method, tc.path, code, body)
+			}
+			if got := <-f.agentReqs; got != tc.want {
+				t.Errorf("agent got %s; want %s", got, tc.want)
+			}
+		})
+	}
+	// Without the daemon's token, E2B's Basic user header passes through.
+	f2 := newFixture(t, "")
+	code, body = f2.do(t, "POST", "/v1/sandboxes", `{}`)
+	_ = json.Unmarshal([]byte(body), &sb)
+	if code, body := f2.do(t, "GET", "/files", "", SandboxIDHeader, sb.ID, "Authorization", "Basic dXNlcjo="); code != 200 {
+		t.Fatalf("GET /files = %d %s", code, body)
+	}
+	if got := <-f2.agentReqs; !strings.Contains(got, `auth="Basic dXNlcjo="`) {
+		t.Errorf("agent got %s; want the Basic header passed through", got)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		hdr        []string
+		wantCode   int
+		wantErr    string
+	}{
+		{"unknown by path", "/v1/sandboxes/nope/agent/files", auth, 404, "not_found"},
+		{"unknown by header", "/files", append([]string{SandboxIDHeader, "nope"}, auth...), 404, "not_found"},
+		{"no header", "/files", auth, 400, "invalid_argument"},
+		{"no token", "/v1/sandboxes/px/agent/files", nil, 401, "unauthorized"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, "GET", tc.path, "", tc.hdr...)
+			if code != tc.wantCode || errCode(t, body) != tc.wantErr {
+				t.Errorf("GET %s = %d %s; want %d %s", tc.path, code, body, tc.wantCode, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestProxyAgentDown(t *testing.T) {
+	f := newFixture(t, "")
+	code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"down"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	f.agent.Close()
+	code, body = f.do(t, "GET", "/v1/sandboxes/down/agent/health", "")
+	if code != 503 || errCode(t, body) != "unavailable" {
+		t.Errorf("GET to a dead agent = %d %s; want 503 unavailable", code, body)
+	}
+}
+
+func TestProxyStreams(t *testing.T) {
+	f := newFixture(t, "")
+	code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"st"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	resp, err := f.srv.Client().Get(f.srv.URL + "/v1/sandboxes/st/agent/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-f.agentReqs
+	r := bufio.NewReader(resp.Body)
+	// The agent holds its last chunk until we have read the first one: this
+	// deadlocks (and the test times out) if the proxy buffers.
+	line, err := r.ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Fatalf("first chunk = %q, %v; want first", line, err)
+	}
+	close(f.release)
+	line, err = r.ReadString('\n')
+	if err != nil || line != "last\n" {
+		t.Fatalf("last chunk = %q, %v; want last", line, err)
+	}
+}

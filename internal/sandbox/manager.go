@@ -1,0 +1,606 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/cleanup"
+	"github.com/corral-sandbox/corral/internal/log"
+)
+
+// Defaults of ManagerConfig.
+const (
+	DefaultImage        = "host"
+	DefaultMemoryBytes  = 1 << 30
+	DefaultDiskBytes    = 10 << 30
+	DefaultPids         = 1024
+	DefaultCPUs         = 1
+	DefaultReadyTimeout = 10 * time.Second
+	// RecoverReadyTimeout bounds the wait for each agent in Recover.
+	RecoverReadyTimeout = 2 * time.Second
+)
+
+// Lower bounds of a sandbox's resources.
+const (
+	MinMemoryBytes = 8 << 20
+	MinDiskBytes   = 16 << 20
+	MinPids        = 8
+	// MaxTimeout bounds CreateRequest.Timeout.
+	MaxTimeout = 365 * 24 * time.Hour
+)
+
+// ManagerConfig wires a Manager. Runtimes, DefaultRuntime, Layers, Images,
+// Store, AgentReady and AgentBinary are required.
+type ManagerConfig struct {
+	// Runtimes are the available runtimes by name ("crun", "runc"). A
+	// request for another one fails; it never falls back.
+	Runtimes       map[string]Runtime
+	DefaultRuntime string
+	Layers         LayerStore
+	Images         ImageStore
+	Store          Store
+	AgentReady     AgentReadyFunc
+	// AgentBinary is the host path of the static corral binary.
+	AgentBinary string
+	// DefaultImage is used when a request names none ("host" if empty).
+	DefaultImage string
+	// DefaultResources fill a request's zero resources (1 CPU, 1 GiB
+	// memory, 10 GiB disk, 1024 pids where zero).
+	DefaultResources Resources
+	// MaxCPUs bounds a request's CPUs (host cores * 4 if zero).
+	MaxCPUs float64
+	// ReadyTimeout bounds the wait for a new sandbox's agent (10 s if zero).
+	ReadyTimeout time.Duration
+}
+
+// Manager creates, tracks and removes sandboxes. Every sandbox is recorded
+// in the Store before anything is made for it, so that Recover can keep or
+// remove what a crashed daemon left. Operations on one sandbox are
+// serialized; operations on different sandboxes run in parallel.
+type Manager struct {
+	cfg ManagerConfig
+
+	// mu guards the index; it is held only briefly, never across I/O.
+	mu sync.Mutex
+	// boxes are the known sandboxes by ID; guarded by mu.
+	boxes map[string]*box
+	// closed is set by Close; guarded by mu.
+	closed bool
+
+	// timers counts running expiry callbacks, which Close waits for.
+	timers sync.WaitGroup
+}
+
+// box is one sandbox in the index.
+type box struct {
+	// op serializes lifecycle operations (create, delete) on the sandbox.
+	op sync.Mutex
+	// rec is the current record; guarded by Manager.mu.
+	rec Record
+	// timer removes the sandbox at its deadline; guarded by Manager.mu.
+	timer *time.Timer
+	// gone is set once the sandbox is removed; guarded by Manager.mu.
+	gone bool
+}
+
+// NewManager checks cfg, fills its defaults and returns a Manager. Call
+// Recover before serving requests.
+func NewManager(cfg ManagerConfig) (*Manager, error) {
+	switch {
+	case len(cfg.Runtimes) == 0:
+		return nil, fmt.Errorf("manager: no runtime: %w", errdefs.ErrInvalidArgument)
+	case cfg.Runtimes[cfg.DefaultRuntime] == nil:
+		return nil, fmt.Errorf("manager: default runtime %q is not available (available: %s): %w",
+			cfg.DefaultRuntime, names(cfg.Runtimes), errdefs.ErrInvalidArgument)
+	case cfg.Layers == nil || cfg.Images == nil || cfg.Store == nil || cfg.AgentReady == nil:
+		return nil, fmt.Errorf("manager: layers, images, store and agent readiness are required: %w", errdefs.ErrInvalidArgument)
+	case cfg.AgentBinary == "":
+		return nil, fmt.Errorf("manager: agent binary is required: %w", errdefs.ErrInvalidArgument)
+	}
+	cfg.DefaultImage = cmp.Or(cfg.DefaultImage, DefaultImage)
+	d := &cfg.DefaultResources
+	d.CPUs = cmp.Or(d.CPUs, DefaultCPUs)
+	d.MemoryBytes = cmp.Or(d.MemoryBytes, DefaultMemoryBytes)
+	d.DiskBytes = cmp.Or(d.DiskBytes, DefaultDiskBytes)
+	d.Pids = cmp.Or(d.Pids, DefaultPids)
+	cfg.MaxCPUs = cmp.Or(cfg.MaxCPUs, float64(runtime.NumCPU()*4))
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
+	return &Manager{cfg: cfg, boxes: map[string]*box{}}, nil
+}
+
+// Runtimes returns the names of the available runtimes, sorted.
+func (m *Manager) Runtimes() []string { return slices.Sorted(maps.Keys(m.cfg.Runtimes)) }
+
+// DefaultImage returns the image used when a request names none.
+func (m *Manager) DefaultImage() string { return m.cfg.DefaultImage }
+
+// Create validates req, then makes and starts a sandbox and waits for its
+// agent. On any failure everything made so far is removed. ctx bounds the
+// wait only: the sandbox does not end with ctx.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error) {
+	p, err := m.validate(ctx, req)
+	if err != nil {
+		return Record{}, err
+	}
+	id, err := newID()
+	if err != nil {
+		return Record{}, err
+	}
+	rt := m.cfg.Runtimes[p.rec.Runtime]
+	rec := p.rec
+	rec.ID = id
+	rec.State = StateCreating
+	rec.Created = time.Now().UTC().Truncate(time.Millisecond)
+	if req.Timeout > 0 {
+		rec.Deadline = rec.Created.Add(req.Timeout)
+	}
+	rec.AgentAddr = rt.AgentAddr(id)
+	ctx = log.With(ctx, "sandbox", id)
+
+	b := &box{rec: rec}
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := m.reserve(b); err != nil {
+		return Record{}, err
+	}
+
+	// Roll back on a context detached from the request: tctx is set when
+	// the stack runs.
+	var tctx context.Context
+	cu := cleanup.Make(func() { m.forget(b) })
+	defer func() {
+		cleanup.Do(ctx, func(c context.Context) { tctx = c; cu.Clean() })
+	}()
+
+	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
+		return Record{}, fmt.Errorf("record sandbox %s: %w", id, err)
+	}
+	cu.Add(func() {
+		if err := m.cfg.Store.DeleteSandbox(tctx, id); err != nil {
+			log.G(tctx).Error("rollback: delete record", "error", err)
+		}
+	})
+
+	// The layer and the runtime's resources outlive the request.
+	lctx := context.WithoutCancel(ctx)
+	cu.Add(func() {
+		if err := m.cfg.Layers.Remove(tctx, id); err != nil {
+			log.G(tctx).Error("rollback: remove layer", "error", err)
+		}
+	})
+	mounts, err := m.cfg.Layers.Prepare(lctx, id, p.image.TopLayer, PrepareOpts{DiskBytes: rec.Resources.DiskBytes})
+	if err != nil {
+		return Record{}, fmt.Errorf("prepare root file system: %w", err)
+	}
+	spec := p.spec
+	spec.Rootfs = mounts
+	spec.Hostname = cmp.Or(rec.Name, id)
+
+	cu.Add(func() {
+		if err := rt.Delete(tctx, id); err != nil {
+			log.G(tctx).Error("rollback: delete from runtime", "error", err)
+		}
+	})
+	if err := rt.Create(lctx, id, &spec); err != nil {
+		return Record{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := rt.Start(lctx, id); err != nil {
+		return Record{}, fmt.Errorf("start sandbox: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	err = m.cfg.AgentReady(rctx, rec.AgentAddr)
+	cancel()
+	if err != nil {
+		return Record{}, fmt.Errorf("wait for agent: %w", err)
+	}
+
+	rec.State = StateRunning
+	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
+		return Record{}, fmt.Errorf("record sandbox %s: %w", id, err)
+	}
+	cu.Release()
+	m.mu.Lock()
+	b.rec = rec
+	m.mu.Unlock()
+	m.arm(ctx, b)
+	log.G(ctx).Info("sandbox created", "image", rec.Image, "runtime", rec.Runtime)
+	return rec, nil
+}
+
+// reserve adds b to the index after checking that its name is free.
+func (m *Manager) reserve(b *box) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return fmt.Errorf("manager is closed: %w", errdefs.ErrUnavailable)
+	}
+	if _, ok := m.boxes[b.rec.ID]; ok {
+		return fmt.Errorf("sandbox id %s: %w", b.rec.ID, errdefs.ErrAlreadyExists)
+	}
+	if n := b.rec.Name; n != "" {
+		for _, o := range m.boxes {
+			if o.rec.Name == n {
+				return fmt.Errorf("name %q is used by sandbox %s: %w", n, o.rec.ID, errdefs.ErrAlreadyExists)
+			}
+		}
+	}
+	m.boxes[b.rec.ID] = b
+	return nil
+}
+
+// forget drops b from the index and stops its timer.
+func (m *Manager) forget(b *box) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b.gone = true
+	m.stopTimerLocked(b)
+	if m.boxes[b.rec.ID] == b {
+		delete(m.boxes, b.rec.ID)
+	}
+}
+
+// arm starts b's deadline timer, if it has a deadline.
+func (m *Manager) arm(ctx context.Context, b *box) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b.rec.Deadline.IsZero() || b.gone || m.closed {
+		return
+	}
+	id := b.rec.ID
+	ctx = context.WithoutCancel(ctx)
+	m.timers.Add(1)
+	b.timer = time.AfterFunc(time.Until(b.rec.Deadline), func() {
+		defer m.timers.Done()
+		m.mu.Lock()
+		closed := m.closed
+		m.mu.Unlock()
+		if closed {
+			return
+		}
+		log.G(ctx).Info("sandbox timeout reached, removing")
+		if err := m.Delete(ctx, id, true); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).Error("remove timed-out sandbox", "error", err)
+		}
+	})
+}
+
+// lookup finds a sandbox by ID or name.
+func (m *Manager) lookup(idOrName string) (*box, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, ok := m.boxes[idOrName]; ok {
+		return b, nil
+	}
+	if idOrName != "" {
+		for _, b := range m.boxes {
+			if b.rec.Name == idOrName {
+				return b, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
+}
+
+// Get returns the record of the sandbox with that ID or name.
+func (m *Manager) Get(ctx context.Context, idOrName string) (Record, error) {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return cloneRecord(b.rec), nil
+}
+
+// List returns every sandbox, oldest first.
+func (m *Manager) List(ctx context.Context) ([]Record, error) {
+	m.mu.Lock()
+	out := make([]Record, 0, len(m.boxes))
+	for _, b := range m.boxes {
+		out = append(out, cloneRecord(b.rec))
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// ImageInUse reports the IDs of the sandboxes made from image name.
+func (m *Manager) ImageInUse(name string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for _, b := range m.boxes {
+		if b.rec.Image == name {
+			ids = append(ids, b.rec.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Usage reads the sandbox's resource use from its runtime;
+// errdefs.ErrNotImplemented when the runtime cannot.
+func (m *Manager) Usage(ctx context.Context, idOrName string) (Usage, error) {
+	rec, err := m.Get(ctx, idOrName)
+	if err != nil {
+		return Usage{}, err
+	}
+	if rec.State != StateRunning {
+		return Usage{}, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	s, ok := m.cfg.Runtimes[rec.Runtime].(Statser)
+	if !ok {
+		return Usage{}, fmt.Errorf("runtime %s cannot report usage: %w", rec.Runtime, errdefs.ErrNotImplemented)
+	}
+	u, err := s.Usage(ctx, rec.ID)
+	if err != nil {
+		return Usage{}, fmt.Errorf("usage of %s: %w", rec.ID, err)
+	}
+	return u, nil
+}
+
+// Delete stops and removes the sandbox with that ID or name and everything
+// it owns. Sandboxes are always running, so Delete does not need force to
+// remove a running one (unlike docker rm). force also removes a half-broken
+// sandbox: teardown errors are logged and the record is dropped anyway;
+// without force the first error stops the teardown, leaves the sandbox in
+// state "error" and is returned. Teardown runs on a context detached from
+// ctx.
+func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	m.mu.Lock()
+	gone, rec := b.gone, b.rec
+	m.mu.Unlock()
+	if gone {
+		return fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
+	}
+	ctx = log.With(ctx, "sandbox", rec.ID)
+	cleanup.Do(ctx, func(ctx context.Context) {
+		err = m.teardown(ctx, b, rec, force)
+	})
+	if err != nil {
+		return err
+	}
+	log.G(ctx).Info("sandbox removed")
+	return nil
+}
+
+// teardown removes what rec owns; the caller holds b.op.
+func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool) error {
+	fail := func(err error) error {
+		if force {
+			log.G(ctx).Warn("forced removal: ignoring error", "error", err)
+			return nil
+		}
+		rec.State = StateError
+		m.setRecord(b, rec)
+		if perr := m.cfg.Store.PutSandbox(ctx, &rec); perr != nil {
+			log.G(ctx).Error("record error state", "error", perr)
+		}
+		return err
+	}
+	m.stopTimer(b)
+	rec.State = StateDeleting
+	m.setRecord(b, rec)
+	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
+		if err := fail(fmt.Errorf("record sandbox %s: %w", rec.ID, err)); err != nil {
+			return err
+		}
+	}
+	if rt, ok := m.cfg.Runtimes[rec.Runtime]; ok {
+		if err := rt.Delete(ctx, rec.ID); err != nil {
+			if err := fail(fmt.Errorf("delete sandbox %s from runtime: %w", rec.ID, err)); err != nil {
+				return err
+			}
+		}
+	} else if err := fail(fmt.Errorf("runtime %q of sandbox %s is not available: %w", rec.Runtime, rec.ID, errdefs.ErrFailedPrecondition)); err != nil {
+		return err
+	}
+	if err := m.cfg.Layers.Remove(ctx, rec.ID); err != nil {
+		if err := fail(fmt.Errorf("remove layer of %s: %w", rec.ID, err)); err != nil {
+			return err
+		}
+	}
+	if err := m.cfg.Store.DeleteSandbox(ctx, rec.ID); err != nil {
+		if err := fail(fmt.Errorf("delete record of %s: %w", rec.ID, err)); err != nil {
+			return err
+		}
+	}
+	m.forget(b)
+	return nil
+}
+
+func (m *Manager) setRecord(b *box, rec Record) {
+	m.mu.Lock()
+	b.rec = rec
+	m.mu.Unlock()
+}
+
+func (m *Manager) stopTimer(b *box) {
+	m.mu.Lock()
+	m.stopTimerLocked(b)
+	m.mu.Unlock()
+}
+
+// stopTimerLocked stops b's timer; the caller holds m.mu.
+func (m *Manager) stopTimerLocked(b *box) {
+	if b.timer != nil && b.timer.Stop() {
+		m.timers.Done() // the callback will never run
+	}
+	b.timer = nil
+}
+
+// Recover is called once at daemon start, before serving. It keeps every
+// recorded sandbox whose runtime reports it running and whose agent answers
+// within RecoverReadyTimeout (re-arming its timeout), and removes the others
+// completely. Then it removes what no record owns: runtime sandboxes (from
+// runtimes that are Listers) and writable layers (when the layer store is a
+// LayerLister).
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("recover: list records: %w", err)
+	}
+	owned := map[string]bool{}
+	var kept, removed int
+	for _, rec := range recs {
+		owned[rec.ID] = true
+		rctx := log.With(ctx, "sandbox", rec.ID)
+		b := &box{rec: *rec}
+		m.mu.Lock()
+		m.boxes[rec.ID] = b
+		m.mu.Unlock()
+		if reason := m.alive(rctx, *rec); reason != "" {
+			log.G(rctx).Info("recover: removing sandbox", "reason", reason)
+			b.op.Lock()
+			cleanup.Do(rctx, func(c context.Context) { _ = m.teardown(c, b, *rec, true) }) // force: never fails
+			b.op.Unlock()
+			removed++
+			continue
+		}
+		log.G(rctx).Info("recover: sandbox kept", "runtime", rec.Runtime)
+		kept++
+		m.arm(rctx, b)
+	}
+	var orphans int
+	for _, name := range slices.Sorted(maps.Keys(m.cfg.Runtimes)) {
+		l, ok := m.cfg.Runtimes[name].(Lister)
+		if !ok {
+			continue
+		}
+		ids, err := l.List(ctx)
+		if err != nil {
+			return fmt.Errorf("recover: list %s sandboxes: %w", name, err)
+		}
+		for _, id := range ids {
+			if owned[id] {
+				continue
+			}
+			log.G(ctx).Info("recover: removing orphan sandbox", "sandbox", id, "runtime", name)
+			if err := m.cfg.Runtimes[name].Delete(ctx, id); err != nil {
+				return fmt.Errorf("recover: delete orphan %s: %w", id, err)
+			}
+			orphans++
+		}
+	}
+	if l, ok := m.cfg.Layers.(LayerLister); ok {
+		keys, err := l.Active(ctx)
+		if err != nil {
+			return fmt.Errorf("recover: list layers: %w", err)
+		}
+		for _, k := range keys {
+			if owned[k] {
+				continue
+			}
+			log.G(ctx).Info("recover: removing orphan layer", "layer", k)
+			if err := m.cfg.Layers.Remove(ctx, k); err != nil {
+				return fmt.Errorf("recover: remove orphan layer %s: %w", k, err)
+			}
+			orphans++
+		}
+	}
+	log.G(ctx).Info("recovered sandboxes", "kept", kept, "removed", removed, "orphans_removed", orphans)
+	return nil
+}
+
+// alive returns why rec cannot be kept, or "" when it can.
+func (m *Manager) alive(ctx context.Context, rec Record) string {
+	if rec.State != StateRunning {
+		return "record state " + string(rec.State)
+	}
+	if !rec.Deadline.IsZero() && !time.Now().Before(rec.Deadline) {
+		return "timeout reached"
+	}
+	rt, ok := m.cfg.Runtimes[rec.Runtime]
+	if !ok {
+		return "runtime " + rec.Runtime + " is not available"
+	}
+	st, err := rt.State(ctx, rec.ID)
+	if err != nil {
+		return "runtime state: " + err.Error()
+	}
+	if st.Status != StatusRunning {
+		return "runtime status " + string(st.Status)
+	}
+	rctx, cancel := context.WithTimeout(ctx, RecoverReadyTimeout)
+	defer cancel()
+	if err := m.cfg.AgentReady(rctx, rt.AgentAddr(rec.ID)); err != nil {
+		return "agent does not answer: " + err.Error()
+	}
+	return ""
+}
+
+// Close stops the deadline timers and waits for running expiries. It does
+// not stop sandboxes: they keep running for the next daemon to recover.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	for _, b := range m.boxes {
+		m.stopTimerLocked(b)
+	}
+	m.mu.Unlock()
+	m.timers.Wait()
+	return nil
+}
+
+// newID returns 12 random lowercase hex digits.
+func newID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func cloneRecord(r Record) Record {
+	r.Env = maps.Clone(r.Env)
+	r.Labels = maps.Clone(r.Labels)
+	return r
+}
+
+func names[V any](m map[string]V) string {
+	s := slices.Sorted(maps.Keys(m))
+	if len(s) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(s)
+}
+
+// errNotFoundImage builds the error for an unknown image, naming the known
+// ones.
+func (m *Manager) errNotFoundImage(ctx context.Context, name string, cause error) error {
+	if !errdefs.IsNotFound(cause) {
+		return fmt.Errorf("image %q: %w", name, cause)
+	}
+	imgs, err := m.cfg.Images.List(ctx)
+	if err != nil {
+		return fmt.Errorf("image %q: %w", name, cause)
+	}
+	known := make([]string, 0, len(imgs))
+	for _, i := range imgs {
+		known = append(known, i.Name)
+	}
+	slices.Sort(known)
+	return fmt.Errorf("image %q not found (known images: %s): %w", name, joinOr(known), errdefs.ErrNotFound)
+}

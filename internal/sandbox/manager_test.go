@@ -1,0 +1,414 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+func newManager(t *testing.T, env *sandboxtest.Env) *sandbox.Manager {
+	t.Helper()
+	m, err := sandbox.NewManager(env.Config())
+	if err != nil {
+		t.Fatalf("NewManager() = %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestCreateDefaults(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	rec, err := m.Create(ctx, sandbox.CreateRequest{Env: map[string]string{"A": "1", "PATH": "/x"}, Name: "box1"})
+	if err != nil {
+		t.Fatalf("Create() = %v", err)
+	}
+	if len(rec.ID) != 12 || strings.Trim(rec.ID, "0123456789abcdef") != "" {
+		t.Errorf("Create().ID = %q; want 12 lowercase hex digits", rec.ID)
+	}
+	want := sandbox.Resources{CPUs: 1, MemoryBytes: 1 << 30, DiskBytes: 10 << 30, Pids: 1024}
+	if rec.Resources != want {
+		t.Errorf("Create().Resources = %+v; want %+v", rec.Resources, want)
+	}
+	if rec.State != sandbox.StateRunning || rec.Image != "host" || rec.Runtime != "fake" {
+		t.Errorf("Create() = state %s image %s runtime %s; want running host fake", rec.State, rec.Image, rec.Runtime)
+	}
+	b, ok := env.Runtime.Get(rec.ID)
+	if !ok || b.Status != sandbox.StatusRunning {
+		t.Fatalf("runtime box %s = %+v, %v; want running", rec.ID, b, ok)
+	}
+	if got, want := strings.Join(b.Spec.Env, " "), "A=1 PATH=/x"; got != want {
+		t.Errorf("spec env = %q; want %q", got, want)
+	}
+	if b.Spec.Hostname != "box1" || b.Spec.Workdir != "/" || b.Spec.User != "root" || len(b.Spec.Rootfs) != 1 {
+		t.Errorf("spec = %+v; want hostname box1, workdir /, user root, one rootfs mount", b.Spec)
+	}
+	if got := env.Store.IDs(); len(got) != 1 || got[0] != rec.ID {
+		t.Errorf("records = %v; want [%s]", got, rec.ID)
+	}
+	for _, key := range []string{rec.ID, "box1"} {
+		got, err := m.Get(ctx, key)
+		if err != nil || got.ID != rec.ID {
+			t.Errorf("Get(%q) = %v, %v; want %s", key, got.ID, err, rec.ID)
+		}
+	}
+	if u, err := m.Usage(ctx, "box1"); err != nil || u.MemoryLimitBytes != 1<<30 {
+		t.Errorf("Usage(box1) = %+v, %v; want memory limit 1 GiB", u, err)
+	}
+	if err := m.Delete(ctx, "box1", false); err != nil {
+		t.Fatalf("Delete() = %v", err)
+	}
+	if left := env.Empty(); left != "" {
+		t.Errorf("after Delete, left: %s", left)
+	}
+	if _, err := m.Get(ctx, rec.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("Get(deleted) = %v; want not found", err)
+	}
+	if err := m.Delete(ctx, rec.ID, false); !errdefs.IsNotFound(err) {
+		t.Errorf("Delete(deleted) = %v; want not found", err)
+	}
+}
+
+func TestCreateValidation(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	if _, err := m.Create(ctx, sandbox.CreateRequest{Name: "taken"}); err != nil {
+		t.Fatalf("Create(taken) = %v", err)
+	}
+	tests := []struct {
+		name  string
+		req   sandbox.CreateRequest
+		class func(error) bool
+		msg   string
+	}{
+		{"unknown image", sandbox.CreateRequest{Image: "nope"}, errdefs.IsNotFound, "known images: busybox, host"},
+		{"bad image name", sandbox.CreateRequest{Image: "../x"}, errdefs.IsInvalidArgument, "image"},
+		{"negative memory", sandbox.CreateRequest{Resources: sandbox.Resources{MemoryBytes: -1}}, errdefs.IsInvalidArgument, "resources.memory_bytes"},
+		{"tiny memory", sandbox.CreateRequest{Resources: sandbox.Resources{MemoryBytes: 1 << 20}}, errdefs.IsInvalidArgument, "resources.memory_bytes"},
+		{"tiny disk", sandbox.CreateRequest{Resources: sandbox.Resources{DiskBytes: 1 << 20}}, errdefs.IsInvalidArgument, "resources.disk_bytes"},
+		{"few pids", sandbox.CreateRequest{Resources: sandbox.Resources{Pids: 2}}, errdefs.IsInvalidArgument, "resources.pids"},
+		{"too many cpus", sandbox.CreateRequest{Resources: sandbox.Resources{CPUs: 9}}, errdefs.IsInvalidArgument, "resources.cpus"},
+		{"negative cpus", sandbox.CreateRequest{Resources: sandbox.Resources{CPUs: -0.5}}, errdefs.IsInvalidArgument, "resources.cpus"},
+		{"empty env key", sandbox.CreateRequest{Env: map[string]string{"": "x"}}, errdefs.IsInvalidArgument, "env key"},
+		{"env key with =", sandbox.CreateRequest{Env: map[string]string{"A=B": "x"}}, errdefs.IsInvalidArgument, "env key"},
+		{"env value with NUL", sandbox.CreateRequest{Env: map[string]string{"A": "se\x00cret"}}, errdefs.IsInvalidArgument, "env value"},
+		{"relative workdir", sandbox.CreateRequest{Workdir: "tmp"}, errdefs.IsInvalidArgument, "workdir"},
+		{"unclean workdir", sandbox.CreateRequest{Workdir: "/tmp/../etc"}, errdefs.IsInvalidArgument, "workdir"},
+		{"bad user", sandbox.CreateRequest{User: "root;rm"}, errdefs.IsInvalidArgument, "user"},
+		{"bad name", sandbox.CreateRequest{Name: "a/b"}, errdefs.IsInvalidArgument, "name"},
+		{"id-like name", sandbox.CreateRequest{Name: "0123456789ab"}, errdefs.IsInvalidArgument, "name"},
+		{"taken name", sandbox.CreateRequest{Name: "taken"}, errdefs.IsAlreadyExists, "taken"},
+		{"bad label", sandbox.CreateRequest{Labels: map[string]string{"-x": "1"}}, errdefs.IsInvalidArgument, "label key"},
+		{"negative timeout", sandbox.CreateRequest{Timeout: -time.Second}, errdefs.IsInvalidArgument, "timeout"},
+		{"unknown runtime", sandbox.CreateRequest{Runtime: "runsc"}, errdefs.IsInvalidArgument, "available: fake, other"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.Create(ctx, tc.req)
+			if err == nil || !tc.class(err) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("Create(%+v) = %v; want an error of the right class containing %q", tc.req, err, tc.msg)
+			}
+			if strings.Contains(fmt.Sprint(err), "se\x00cret") {
+				t.Errorf("Create() error %q leaks an env value", err)
+			}
+		})
+	}
+	if got := len(env.Runtime.IDs()); got != 1 {
+		t.Errorf("runtime sandboxes after rejected requests = %d; want 1", got)
+	}
+}
+
+func TestCreateRollback(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name   string
+		inject func(env *sandboxtest.Env)
+	}{
+		{"record", func(env *sandboxtest.Env) {
+			env.Store.PutFn = func(context.Context, *sandbox.Record) error { return boom }
+		}},
+		{"prepare", func(env *sandboxtest.Env) {
+			env.Layers.PrepareFn = func(context.Context, string, string, sandbox.PrepareOpts) error { return boom }
+		}},
+		{"runtime create", func(env *sandboxtest.Env) {
+			env.Runtime.CreateFn = func(context.Context, string, *sandbox.Spec) error { return boom }
+		}},
+		{"start", func(env *sandboxtest.Env) {
+			env.Runtime.StartFn = func(context.Context, string) error { return boom }
+		}},
+		{"agent ready", func(env *sandboxtest.Env) {
+			env.ReadyFn = func(context.Context, string) error { return boom }
+		}},
+		{"agent never ready", func(env *sandboxtest.Env) {
+			env.ReadyFn = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+		}},
+		{"final record", func(env *sandboxtest.Env) {
+			env.Store.PutFn = func(_ context.Context, r *sandbox.Record) error {
+				if r.State == sandbox.StateRunning {
+					return boom
+				}
+				return nil
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testutil.Context(t)
+			env := sandboxtest.NewEnv()
+			tc.inject(env)
+			cfg := env.Config()
+			cfg.ReadyTimeout = 50 * time.Millisecond
+			m, err := sandbox.NewManager(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if _, err := m.Create(ctx, sandbox.CreateRequest{Name: "x"}); err == nil {
+				t.Fatalf("Create() with %s failing = nil; want error", tc.name)
+			}
+			if left := env.Empty(); left != "" {
+				t.Errorf("after failed Create, left: %s", left)
+			}
+			if l, _ := m.List(ctx); len(l) != 0 {
+				t.Errorf("List() = %v; want empty", l)
+			}
+			// The name is free again.
+			env.Store.PutFn, env.Layers.PrepareFn, env.Runtime.CreateFn, env.Runtime.StartFn, env.ReadyFn = nil, nil, nil, nil, nil
+			if _, err := m.Create(ctx, sandbox.CreateRequest{Name: "x"}); err != nil {
+				t.Errorf("Create() after rollback = %v", err)
+			}
+		})
+	}
+}
+
+func TestCreateRequestCanceledRollsBack(t *testing.T) {
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	var startCtxErr error
+	env.Runtime.StartFn = func(ctx context.Context, _ string) error { startCtxErr = ctx.Err(); return nil }
+	env.ReadyFn = func(ctx context.Context, _ string) error { cancel(); <-ctx.Done(); return ctx.Err() }
+	if _, err := m.Create(ctx, sandbox.CreateRequest{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Create() = %v; want context.Canceled", err)
+	}
+	if startCtxErr != nil {
+		t.Errorf("Start ctx error = %v; want a ctx not tied to the request", startCtxErr)
+	}
+	if left := env.Empty(); left != "" {
+		t.Errorf("after canceled Create, left: %s", left)
+	}
+}
+
+func TestDeleteFailure(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	rec, err := m.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	env.Runtime.DeleteFn = func(context.Context, string) error { return boom }
+	if err := m.Delete(ctx, rec.ID, false); !errors.Is(err, boom) {
+		t.Fatalf("Delete(no force) = %v; want boom", err)
+	}
+	got, err := m.Get(ctx, rec.ID)
+	if err != nil || got.State != sandbox.StateError {
+		t.Errorf("Get() after failed delete = %v, %v; want state error", got.State, err)
+	}
+	if err := m.Delete(ctx, rec.ID, true); err != nil {
+		t.Fatalf("Delete(force) = %v", err)
+	}
+	if ids := env.Store.IDs(); len(ids) != 0 {
+		t.Errorf("records after forced delete = %v; want none", ids)
+	}
+	if k := env.Layers.Keys(); len(k) != 0 {
+		t.Errorf("layers after forced delete = %v; want none", k)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	deleted := make(chan string, 1)
+	env.Runtime.DeleteFn = func(_ context.Context, id string) error { deleted <- id; return nil }
+	rec, err := m.Create(ctx, sandbox.CreateRequest{Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Deadline.IsZero() {
+		t.Errorf("Create().Deadline is zero; want set")
+	}
+	if id := <-deleted; id != rec.ID {
+		t.Errorf("timeout deleted %s; want %s", id, rec.ID)
+	}
+	m.Close() // waits for the expiry to finish
+	if left := env.Empty(); left != "" {
+		t.Errorf("after timeout, left: %s", left)
+	}
+}
+
+func TestCloseStopsTimers(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	if _, err := m.Create(ctx, sandbox.CreateRequest{Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close() // must not wait an hour
+	if got := len(env.Runtime.IDs()); got != 1 {
+		t.Errorf("sandboxes after Close = %d; want 1 (they outlive the daemon)", got)
+	}
+}
+
+func TestRecover(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	put := func(rec sandbox.Record, status sandbox.Status) {
+		rec.Runtime = "fake"
+		rec.Image = "host"
+		if err := env.Store.PutSandbox(ctx, &rec); err != nil {
+			t.Fatal(err)
+		}
+		env.Layers.Put(rec.ID, "host-layer")
+		if status != "" {
+			env.Runtime.Put(rec.ID, sandboxtest.Box{Status: status})
+		}
+	}
+	put(sandbox.Record{ID: "aaaaaaaaaaa1", Name: "keep", State: sandbox.StateRunning}, sandbox.StatusRunning)
+	put(sandbox.Record{ID: "aaaaaaaaaaa2", State: sandbox.StateRunning}, sandbox.StatusStopped)
+	put(sandbox.Record{ID: "aaaaaaaaaaa3", State: sandbox.StateCreating}, sandbox.StatusCreated)
+	put(sandbox.Record{ID: "aaaaaaaaaaa4", State: sandbox.StateRunning}, "")
+	put(sandbox.Record{ID: "aaaaaaaaaaa5", State: sandbox.StateRunning}, sandbox.StatusRunning) // agent dead
+	put(sandbox.Record{ID: "aaaaaaaaaaa6", State: sandbox.StateDeleting}, sandbox.StatusRunning)
+	put(sandbox.Record{ID: "aaaaaaaaaaa7", State: sandbox.StateRunning, Deadline: time.Now().Add(-time.Second)}, sandbox.StatusRunning)
+	put(sandbox.Record{ID: "aaaaaaaaaaa8", State: sandbox.StateRunning, Deadline: time.Now().Add(30 * time.Millisecond)}, sandbox.StatusRunning)
+	env.Runtime.Put("bbbbbbbbbbb1", sandboxtest.Box{Status: sandbox.StatusRunning}) // orphan
+	env.Layers.Put("bbbbbbbbbbb2", "host-layer")                                    // orphan
+	env.ReadyFn = func(_ context.Context, addr string) error {
+		if strings.HasSuffix(addr, "aaaaaaaaaaa5") {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	m := newManager(t, env)
+	if err := m.Recover(ctx); err != nil {
+		t.Fatalf("Recover() = %v", err)
+	}
+	want := "[aaaaaaaaaaa1 aaaaaaaaaaa8]"
+	if got := fmt.Sprint(env.Runtime.IDs()); got != want {
+		t.Errorf("runtime sandboxes after Recover = %s; want %s", got, want)
+	}
+	if got := fmt.Sprint(env.Layers.Keys()); got != want {
+		t.Errorf("layers after Recover = %s; want %s", got, want)
+	}
+	if got := fmt.Sprint(env.Store.IDs()); got != want {
+		t.Errorf("records after Recover = %s; want %s", got, want)
+	}
+	if r, err := m.Get(ctx, "keep"); err != nil || r.ID != "aaaaaaaaaaa1" {
+		t.Errorf("Get(keep) = %v, %v; want aaaaaaaaaaa1", r.ID, err)
+	}
+	// The re-armed timer removes aaaaaaaaaaa8.
+	for i := 0; ; i++ {
+		if _, err := m.Get(ctx, "aaaaaaaaaaa8"); errdefs.IsNotFound(err) {
+			break
+		}
+		if i > 500 {
+			t.Fatal("re-armed timeout did not remove aaaaaaaaaaa8")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.Close()
+	if got := fmt.Sprint(env.Store.IDs()); got != "[aaaaaaaaaaa1]" {
+		t.Errorf("records after timeout = %s; want [aaaaaaaaaaa1]", got)
+	}
+}
+
+func TestNameUniqueConcurrent(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = m.Create(ctx, sandbox.CreateRequest{Name: "same"})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errdefs.IsAlreadyExists(err):
+			t.Errorf("Create(same) = %v; want nil or already exists", err)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d of %d concurrent Create(same) succeeded; want 1", ok, n)
+	}
+	if got := len(env.Runtime.IDs()); got != 1 {
+		t.Errorf("runtime sandboxes = %d; want 1", got)
+	}
+}
+
+func TestParallelSandboxes(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	// The first Create blocks in its readiness wait until the second one has
+	// completed: this only finishes if creates run in parallel.
+	second := make(chan struct{})
+	first := make(chan struct{})
+	var calls sync.Mutex
+	n := 0
+	env.ReadyFn = func(ctx context.Context, addr string) error {
+		calls.Lock()
+		n++
+		me := n
+		calls.Unlock()
+		if me == 1 {
+			close(first)
+			select {
+			case <-second:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Create(ctx, sandbox.CreateRequest{})
+		done <- err
+	}()
+	<-first
+	if _, err := m.Create(ctx, sandbox.CreateRequest{}); err != nil {
+		t.Fatalf("second Create() = %v", err)
+	}
+	if l, _ := m.List(ctx); len(l) != 2 {
+		t.Errorf("List() while first create is waiting = %d sandboxes; want 2", len(l))
+	}
+	close(second)
+	if err := <-done; err != nil {
+		t.Fatalf("first Create() = %v", err)
+	}
+}

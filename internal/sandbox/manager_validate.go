@@ -1,0 +1,211 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/identifiers"
+)
+
+// Upper bounds that keep a request sane.
+const (
+	maxMemoryBytes = 1 << 42 // 4 TiB
+	maxDiskBytes   = 1 << 44 // 16 TiB
+	maxPids        = 1 << 22 // the kernel's pid_max limit
+	maxEnv         = 4096
+	maxEnvBytes    = 1 << 20
+	maxLabels      = 64
+	maxLabelKey    = 128
+	maxLabelValue  = 4096
+	maxUser        = 256
+)
+
+var (
+	idRe       = regexp.MustCompile(`^[0-9a-f]{12}$`)
+	labelKeyRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+	userRe     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*(:[A-Za-z0-9_][A-Za-z0-9._-]*)?$`)
+)
+
+// plan is a validated request: the record to write (without ID, state and
+// times) and the spec to hand to the runtime (without Rootfs).
+type plan struct {
+	rec   Record
+	image Image
+	spec  Spec
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+}
+
+// validate checks every field of req before anything is made, naming the
+// field in the error, and resolves the defaults.
+func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error) {
+	var p plan
+	// Cheap checks first, the image store last.
+	res, err := m.resources(req.Resources)
+	if err != nil {
+		return p, err
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return p, err
+	}
+	if w := req.Workdir; w != "" {
+		if strings.ContainsRune(w, 0) || !path.IsAbs(w) || path.Clean(w) != w {
+			return p, invalid("workdir %q must be an absolute, clean path", w)
+		}
+	}
+	if u := req.User; u != "" && (len(u) > maxUser || !userRe.MatchString(u)) {
+		return p, invalid("user %q must be a user name or uid, optionally :group", u)
+	}
+	if n := req.Name; n != "" {
+		if err := identifiers.Validate("name", n); err != nil {
+			return p, err
+		}
+		if idRe.MatchString(n) {
+			return p, invalid("name %q looks like a sandbox id (12 hex digits)", n)
+		}
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return p, err
+	}
+	if req.Timeout < 0 || req.Timeout > MaxTimeout {
+		return p, invalid("timeout %s must be between 0 (none) and %s", req.Timeout, MaxTimeout)
+	}
+	rtName := cmp.Or(req.Runtime, m.cfg.DefaultRuntime)
+	if _, ok := m.cfg.Runtimes[rtName]; !ok {
+		return p, invalid("runtime %q is not available (available: %s)", rtName, strings.Join(m.Runtimes(), ", "))
+	}
+	imgName := cmp.Or(req.Image, m.cfg.DefaultImage)
+	if err := identifiers.Validate("image", imgName); err != nil {
+		return p, err
+	}
+	img, err := m.cfg.Images.Get(ctx, imgName)
+	if err != nil {
+		return p, m.errNotFoundImage(ctx, imgName, err)
+	}
+	if n := req.Name; n != "" {
+		if _, err := m.lookup(n); err == nil {
+			return p, fmt.Errorf("name %q is already used: %w", n, errdefs.ErrAlreadyExists)
+		}
+	}
+
+	p.image = img
+	p.rec = Record{
+		Name:      req.Name,
+		Image:     imgName,
+		Runtime:   rtName,
+		Resources: res,
+		Env:       cloneMap(req.Env),
+		Workdir:   req.Workdir,
+		User:      req.User,
+		Labels:    cloneMap(req.Labels),
+	}
+	env := map[string]string{}
+	for _, kv := range img.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	keys := slices.Sorted(maps.Keys(env))
+	spec := Spec{
+		Binds:       slices.Clone(img.Binds),
+		Workdir:     cmp.Or(req.Workdir, img.Workdir, "/"),
+		User:        cmp.Or(req.User, img.User, "root"),
+		Resources:   res,
+		AgentBinary: m.cfg.AgentBinary,
+	}
+	for _, k := range keys {
+		spec.Env = append(spec.Env, k+"="+env[k])
+	}
+	p.spec = spec
+	return p, nil
+}
+
+func (m *Manager) resources(r Resources) (Resources, error) {
+	d := m.cfg.DefaultResources
+	switch {
+	case math.IsNaN(r.CPUs) || r.CPUs < 0 || r.CPUs > m.cfg.MaxCPUs:
+		return r, invalid("resources.cpus %v must be more than 0 and at most %v", r.CPUs, m.cfg.MaxCPUs)
+	case r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < MinMemoryBytes) || r.MemoryBytes > maxMemoryBytes:
+		return r, invalid("resources.memory_bytes %d must be between %d (8 MiB) and %d", r.MemoryBytes, MinMemoryBytes, int64(maxMemoryBytes))
+	case r.DiskBytes < 0 || (r.DiskBytes > 0 && r.DiskBytes < MinDiskBytes) || r.DiskBytes > maxDiskBytes:
+		return r, invalid("resources.disk_bytes %d must be between %d (16 MiB) and %d", r.DiskBytes, MinDiskBytes, int64(maxDiskBytes))
+	case r.Pids < 0 || (r.Pids > 0 && r.Pids < MinPids) || r.Pids > maxPids:
+		return r, invalid("resources.pids %d must be between %d and %d", r.Pids, MinPids, maxPids)
+	}
+	r.CPUs = cmp.Or(r.CPUs, d.CPUs)
+	r.MemoryBytes = cmp.Or(r.MemoryBytes, d.MemoryBytes)
+	r.DiskBytes = cmp.Or(r.DiskBytes, d.DiskBytes)
+	r.Pids = cmp.Or(r.Pids, d.Pids)
+	return r, nil
+}
+
+func validateEnv(env map[string]string) error {
+	if len(env) > maxEnv {
+		return invalid("env has %d variables, more than %d", len(env), maxEnv)
+	}
+	size := 0
+	for k, v := range env {
+		switch {
+		case k == "":
+			return invalid("env key must not be empty")
+		case strings.ContainsAny(k, "=\x00"):
+			return invalid("env key %q must not contain '=' or NUL", k)
+		case strings.ContainsRune(v, 0):
+			// Never echo values: they may be secrets.
+			return invalid("env value of %q must not contain NUL", k)
+		}
+		size += len(k) + len(v) + 1
+	}
+	if size > maxEnvBytes {
+		return invalid("env is %d bytes, more than %d", size, maxEnvBytes)
+	}
+	return nil
+}
+
+func validateLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return invalid("labels has %d entries, more than %d", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		switch {
+		case len(k) > maxLabelKey || !labelKeyRe.MatchString(k):
+			return invalid("label key %q must be at most %d letters, digits or '._/-', starting with a letter or digit", k, maxLabelKey)
+		case len(v) > maxLabelValue || strings.ContainsRune(v, 0):
+			return invalid("label value of %q must be at most %d bytes without NUL", k, maxLabelValue)
+		}
+	}
+	return nil
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// joinOr joins s with ", ", or says "none".
+func joinOr(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
