@@ -1,0 +1,260 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+func newStores(t *testing.T, opts ...Opt) (*Store, *overlay.Store) {
+	t.Helper()
+	fake, err := exec.LookPath("true") // Prepare without a real mkfs
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := overlay.New(t.TempDir(), overlay.WithPoolSize(0), overlay.WithMkfs(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layers.Close() })
+	s, err := New(t.TempDir(), layers, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, layers
+}
+
+type tarEntry struct {
+	name, link, body string
+	typ              byte
+}
+
+func tarball(t *testing.T, gz bool, entries ...tarEntry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: 0o755, Size: int64(len(e.body))}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write([]byte(e.body))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !gz {
+		return buf.Bytes()
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	_, _ = zw.Write(buf.Bytes())
+	_ = zw.Close()
+	return z.Bytes()
+}
+
+func layerFile(t *testing.T, layers *overlay.Store, img sandbox.Image, name string) string {
+	t.Helper()
+	chain, err := layers.Chain(img.TopLayer)
+	if err != nil {
+		t.Fatalf("Chain(%q) = %v", img.TopLayer, err)
+	}
+	return filepath.Join(chain[len(chain)-1], name)
+}
+
+func TestImportTar(t *testing.T) {
+	ctx := testutil.Context(t)
+	s, layers := newStores(t)
+	good := tarball(t, true,
+		tarEntry{name: "bin/", typ: tar.TypeDir},
+		tarEntry{name: "bin/hello", body: "#!/bin/sh\necho hi\n", typ: tar.TypeReg},
+		tarEntry{name: "/../../abs", body: "x", typ: tar.TypeReg})
+	img, err := s.ImportTar(ctx, "tiny", bytes.NewReader(good))
+	if err != nil {
+		t.Fatalf("ImportTar(tiny) = %v", err)
+	}
+	if img.Name != "tiny" || img.Builtin || img.Size <= 0 {
+		t.Errorf("ImportTar(tiny) = %+v", img)
+	}
+	if b, err := os.ReadFile(layerFile(t, layers, img, "bin/hello")); err != nil || !strings.Contains(string(b), "echo hi") {
+		t.Errorf("bin/hello = %q, %v", b, err)
+	}
+	if _, err := os.Lstat(layerFile(t, layers, img, "abs")); err != nil {
+		t.Errorf("abs was not confined into the layer: %v", err)
+	}
+	if _, err := s.ImportTar(ctx, "tiny", bytes.NewReader(good)); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("ImportTar(tiny) again = %v; want AlreadyExists", err)
+	}
+
+	before, _ := layers.Layers(ctx)
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"evil-symlink", tarball(t, false,
+			tarEntry{name: "etc", link: "/etc", typ: tar.TypeSymlink},
+			tarEntry{name: "etc/pwned", body: "x", typ: tar.TypeReg})},
+		{"evil-link", tarball(t, false, tarEntry{name: "h", link: "../../../../etc/shadow", typ: tar.TypeLink})},
+		{"garbage", []byte("this is not a tarball, not even close; it is long enough to be read as a header......")},
+	} {
+		if _, err := s.ImportTar(ctx, tc.name, bytes.NewReader(tc.data)); err == nil {
+			t.Errorf("ImportTar(%q) = nil; want an error", tc.name)
+		}
+		if _, err := s.Get(ctx, tc.name); !errdefs.IsNotFound(err) {
+			t.Errorf("Get(%q) after a failed import = %v; want NotFound", tc.name, err)
+		}
+	}
+	if _, err := os.Lstat("/etc/pwned"); err == nil {
+		t.Fatal("/etc/pwned exists")
+	}
+	if after, _ := layers.Layers(ctx); len(after) != len(before) {
+		t.Errorf("failed imports left layers: %d before, %d after", len(before), len(after))
+	}
+}
+
+func TestImportDirAndRemove(t *testing.T) {
+	ctx := testutil.Context(t)
+	s, layers := newStores(t)
+	src := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(src, "app"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "app/main"), []byte("code"), 0o755))
+	must(t, os.Symlink("/etc", filepath.Join(src, "etc-link")))
+	must(t, os.Symlink("../../../../../../etc/hostname", filepath.Join(src, "app/up")))
+	img, err := s.ImportDir(ctx, "fromdir", src)
+	if err != nil {
+		t.Fatalf("ImportDir = %v", err)
+	}
+	if b, err := os.ReadFile(layerFile(t, layers, img, "app/main")); err != nil || string(b) != "code" {
+		t.Errorf("app/main = %q, %v", b, err)
+	}
+	for name, want := range map[string]string{"etc-link": "/etc", "app/up": "../../../../../../etc/hostname"} {
+		if l, err := os.Readlink(layerFile(t, layers, img, name)); err != nil || l != want {
+			t.Errorf("Readlink(%q) = %q, %v; want %q (copied, not followed)", name, l, err, want)
+		}
+	}
+
+	if _, err := s.Get(ctx, "nope"); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "fromdir") {
+		t.Errorf("Get(nope) = %v; want NotFound listing fromdir", err)
+	}
+	if list, err := s.List(ctx); err != nil || len(list) != 1 || list[0].Name != "fromdir" {
+		t.Errorf("List() = %v, %v; want [fromdir]", list, err)
+	}
+
+	if _, err := layers.Prepare(ctx, "sb", img.TopLayer, sandbox.PrepareOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, "fromdir"); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Remove(fromdir) in use = %v; want FailedPrecondition", err)
+	}
+	must(t, layers.Remove(ctx, "sb"))
+	if err := s.Remove(ctx, "fromdir"); err != nil {
+		t.Errorf("Remove(fromdir) = %v", err)
+	}
+	if err := s.Remove(ctx, "fromdir"); !errdefs.IsNotFound(err) {
+		t.Errorf("Remove(fromdir) again = %v; want NotFound", err)
+	}
+	if ls, _ := layers.Layers(ctx); len(ls) != 0 {
+		t.Errorf("Layers() = %v after Remove; want none", ls)
+	}
+}
+
+func TestBuiltins(t *testing.T) {
+	ctx := testutil.Context(t)
+	bb := filepath.Join(t.TempDir(), "busybox")
+	must(t, os.WriteFile(bb, []byte("#!/bin/sh\nprintf 'sh\\nls\\n../evil\\n[\\nbusybox\\n'\n"), 0o755))
+	s, layers := newStores(t, WithHost("/", "/etc", bb))
+	if err := s.EnsureBuiltins(ctx); err != nil {
+		t.Fatalf("EnsureBuiltins() = %v", err)
+	}
+	host, err := s.Get(ctx, HostImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !host.Builtin || len(host.Binds) != 1 || host.Binds[0] != (sandbox.Bind{Source: "/usr", Target: "/usr", Readonly: true}) {
+		t.Errorf("host image = %+v; want builtin with /usr bound read-only", host)
+	}
+	f := func(name string) string { return layerFile(t, layers, host, name) }
+	for _, name := range []string{"etc/shadow", "etc/gshadow", "etc/ssh", "etc/machine-id", "etc/sudoers", "etc/apt", "etc/ssl/private", "home/root", "var/lib"} {
+		if _, err := os.Lstat(f(name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("host image has %s (%v); it must not", name, err)
+		}
+	}
+	for _, name := range []string{"etc/ld.so.cache", "etc/nsswitch.conf", "etc/ssl/certs", "etc/hosts", "etc/resolv.conf", "proc", "usr", "home/agent"} {
+		if _, err := os.Lstat(f(name)); err != nil {
+			t.Errorf("host image lacks %s: %v", name, err)
+		}
+	}
+	if b, _ := os.ReadFile(f("etc/passwd")); !strings.Contains(string(b), "agent:x:1000:1000:agent:/home/agent:") {
+		t.Errorf("etc/passwd = %q; want the agent user", b)
+	}
+	if l, err := os.Readlink(f("bin")); err != nil || l != "usr/bin" {
+		t.Errorf("Readlink(bin) = %q, %v; want usr/bin (this host is merged-usr)", l, err)
+	}
+	if fi, err := os.Lstat(f("etc/os-release")); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("etc/os-release = %v, %v; want a symlink copied as is", fi, err)
+	}
+	for name, want := range map[string]fs.FileMode{"tmp": 0o777, "root": 0o700, "var/tmp": 0o777} {
+		fi, err := os.Stat(f(name))
+		if err != nil || fi.Mode().Perm() != want.Perm() {
+			t.Errorf("mode(%s) = %v, %v; want %v", name, fi.Mode(), err, want)
+		}
+	}
+	for _, name := range []string{"tmp", "var/tmp"} {
+		if fi, _ := os.Stat(f(name)); fi.Mode()&fs.ModeSticky == 0 {
+			t.Errorf("%s is not sticky: %v", name, fi.Mode())
+		}
+	}
+
+	bbImg, err := s.Get(ctx, BusyboxImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bin/busybox", "bin/sh", "bin/ls", "bin/[", "etc/passwd"} {
+		if _, err := os.Lstat(layerFile(t, layers, bbImg, name)); err != nil {
+			t.Errorf("busybox image lacks %s: %v", name, err)
+		}
+	}
+	if _, err := os.Lstat(layerFile(t, layers, bbImg, "evil")); err == nil {
+		t.Errorf("busybox image has an applet named ../evil")
+	}
+
+	// Idempotent; a version bump rebuilds and collects the old layer.
+	must(t, s.EnsureBuiltins(ctx))
+	if again, _ := s.Get(ctx, HostImage); again.TopLayer != host.TopLayer {
+		t.Errorf("EnsureBuiltins() rebuilt an up-to-date image: %s -> %s", host.TopLayer, again.TopLayer)
+	}
+	r, _ := s.read(HostImage)
+	r.BuiltinVersion = 0
+	must(t, s.write(r))
+	must(t, s.EnsureBuiltins(ctx))
+	rebuilt, _ := s.Get(ctx, HostImage)
+	if rebuilt.TopLayer == host.TopLayer {
+		t.Errorf("EnsureBuiltins() kept an old-version image")
+	}
+	if _, err := layers.LayerSize(host.TopLayer); !errdefs.IsNotFound(err) {
+		t.Errorf("LayerSize(old host layer) = %v; want NotFound (collected)", err)
+	}
+	if err := s.Remove(ctx, HostImage); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Remove(host) = %v; want FailedPrecondition", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

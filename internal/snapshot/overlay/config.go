@@ -1,0 +1,86 @@
+package overlay
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/containerd/errdefs"
+)
+
+// Config is the [layers.overlay] table of the daemon's configuration.
+//
+// To add a field: add it here with a doc comment and a toml tag, give it a
+// default in DefaultConfig, check it in Validate and turn it into an Opt in
+// Opts.
+type Config struct {
+	// Root is the directory holding layers, writable layers and the disk
+	// pool. It must not contain ',' or ':' (overlayfs option separators).
+	Root string `toml:"root"`
+	// DefaultDiskBytes is the size of a writable layer's disk when Prepare
+	// is not given one; the pool holds disks of this size.
+	DefaultDiskBytes int64 `toml:"default_disk_bytes"`
+	// PoolSize is how many pre-formatted default-size disks are kept ready.
+	// 0 means the default (4); a negative value disables the pool.
+	PoolSize int `toml:"pool_size"`
+}
+
+// Defaults.
+const (
+	DefaultRoot             = "/var/lib/corral/overlay"
+	DefaultDiskBytes        = 10 << 30
+	DefaultPoolSize         = 4
+	MinDiskBytes            = 4 << 20
+	maxLowerDirOptionLength = 3500 // mount data is one page (4096) with upper/work dirs
+)
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Root: DefaultRoot, DefaultDiskBytes: DefaultDiskBytes, PoolSize: DefaultPoolSize}
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	if strings.ContainsAny(c.Root, ",:") {
+		return fmt.Errorf("overlay root %q must not contain ',' or ':': %w", c.Root, errdefs.ErrInvalidArgument)
+	}
+	if c.DefaultDiskBytes != 0 && c.DefaultDiskBytes < MinDiskBytes {
+		return fmt.Errorf("default_disk_bytes %d is below the minimum %d: %w", c.DefaultDiskBytes, MinDiskBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Opts turns c into options for New (the root is New's argument).
+func (c Config) Opts() []Opt {
+	var opts []Opt
+	if c.DefaultDiskBytes != 0 {
+		opts = append(opts, WithDefaultDiskBytes(c.DefaultDiskBytes))
+	}
+	switch {
+	case c.PoolSize < 0:
+		opts = append(opts, WithPoolSize(0))
+	case c.PoolSize > 0:
+		opts = append(opts, WithPoolSize(c.PoolSize))
+	}
+	return opts
+}
+
+// Opt configures New.
+type Opt func(*options)
+
+type options struct {
+	defaultDiskBytes int64
+	poolSize         int
+	mkfs             string
+}
+
+// WithDefaultDiskBytes sets the size of default writable layers and pooled
+// disks.
+func WithDefaultDiskBytes(n int64) Opt { return func(o *options) { o.defaultDiskBytes = n } }
+
+// WithPoolSize sets how many default-size disks are kept formatted; 0
+// disables the pool (and its goroutine).
+func WithPoolSize(n int) Opt { return func(o *options) { o.poolSize = max(n, 0) } }
+
+// WithMkfs sets the path of mkfs.ext4 (default: looked up on PATH, then in
+// /usr/sbin and /sbin).
+func WithMkfs(path string) Opt { return func(o *options) { o.mkfs = path } }
