@@ -1,0 +1,322 @@
+// Package client is Corral's public Go SDK: a client of the daemon's REST
+// control plane (sandboxes, images) and of each sandbox's agent, reached
+// through the daemon's data-plane proxy (exec, processes, files).
+//
+//	c, err := client.New() // CORRAL_HOST, CORRAL_TOKEN, or the local socket
+//	sb, err := c.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: "busybox"})
+//	res, err := c.Sandbox(sb.ID).Exec(ctx, client.ExecOptions{
+//		Cmd: []string{"echo", "hi"}, Stdout: os.Stdout,
+//	})
+//
+// Errors from the daemon and from the agent are classified back into
+// github.com/containerd/errdefs classes, so errdefs.IsNotFound(err) and its
+// siblings work on every error this package returns; the server's message is
+// kept as the error text.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/api/rest"
+)
+
+// DefaultHost is the daemon's local socket, used when neither WithHost nor
+// CORRAL_HOST says otherwise.
+const DefaultHost = "unix:///run/corral/corral.sock"
+
+// Environment variables read by New.
+const (
+	HostEnv  = "CORRAL_HOST"
+	TokenEnv = "CORRAL_TOKEN"
+)
+
+// Client talks to one Corral daemon. It is safe for concurrent use.
+type Client struct {
+	base   string       // "http://host:port" or "http://corral" for unix sockets
+	hc     *http.Client // adds the token; never follows redirects to other hosts
+	logger *slog.Logger
+}
+
+type config struct {
+	host   string
+	token  string
+	logger *slog.Logger
+	hc     *http.Client
+}
+
+// Opt configures a Client.
+type Opt func(*config) error
+
+// WithHost sets the daemon address: "unix:///path/corral.sock",
+// "http://host:port", "https://host:port" or "tcp://host:port" (plain HTTP).
+func WithHost(host string) Opt {
+	return func(c *config) error { c.host = host; return nil }
+}
+
+// WithToken sets the bearer token sent with every request.
+func WithToken(token string) Opt {
+	return func(c *config) error { c.token = token; return nil }
+}
+
+// WithLogger sets the logger for debug output (default: discard).
+func WithLogger(l *slog.Logger) Opt {
+	return func(c *config) error { c.logger = l; return nil }
+}
+
+// WithHTTPClient sets the HTTP client. For a unix host its transport is
+// replaced by one that dials the socket, unless it is not an
+// *http.Transport, in which case it is used as is.
+func WithHTTPClient(hc *http.Client) Opt {
+	return func(c *config) error { c.hc = hc; return nil }
+}
+
+// New returns a client for the daemon named by the options, CORRAL_HOST or
+// DefaultHost, with the token from WithToken or CORRAL_TOKEN.
+func New(opts ...Opt) (*Client, error) {
+	cfg := config{host: os.Getenv(HostEnv), token: os.Getenv(TokenEnv)}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.host == "" {
+		cfg.host = DefaultHost
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	base, sock, err := parseHost(cfg.host)
+	if err != nil {
+		return nil, err
+	}
+	var hc http.Client
+	if cfg.hc != nil {
+		hc = *cfg.hc
+	}
+	rt := hc.Transport
+	if sock != "" {
+		var tr *http.Transport
+		switch t := rt.(type) {
+		case nil:
+			tr = http.DefaultTransport.(*http.Transport).Clone()
+		case *http.Transport:
+			tr = t.Clone()
+		}
+		if tr != nil {
+			var d net.Dialer
+			tr.Proxy = nil
+			tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, "unix", sock)
+			}
+			rt = tr
+		}
+	}
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	hc.Transport = &transport{base: rt, token: cfg.token}
+	return &Client{base: base, hc: &hc, logger: cfg.logger}, nil
+}
+
+// parseHost turns a host string into an HTTP base URL and, for unix hosts,
+// the socket path.
+func parseHost(host string) (base, sock string, err error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return "", "", fmt.Errorf("parse host %q: %w", host, errdefs.ErrInvalidArgument)
+	}
+	switch u.Scheme {
+	case "unix":
+		p := u.Path
+		if p == "" {
+			p = u.Opaque
+		}
+		if p == "" {
+			return "", "", fmt.Errorf("host %q: empty socket path: %w", host, errdefs.ErrInvalidArgument)
+		}
+		return "http://corral", p, nil
+	case "tcp", "http", "https":
+		if u.Host == "" {
+			return "", "", fmt.Errorf("host %q: missing host:port: %w", host, errdefs.ErrInvalidArgument)
+		}
+		scheme := u.Scheme
+		if scheme == "tcp" {
+			scheme = "http"
+		}
+		return scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/"), "", nil
+	}
+	return "", "", fmt.Errorf("host %q: scheme must be unix, tcp, http or https: %w", host, errdefs.ErrInvalidArgument)
+}
+
+// transport adds the bearer token and turns the daemon's JSON errors on the
+// data plane into classified errors (the Connect client would otherwise see
+// only an HTTP status).
+type transport struct {
+	base  http.RoundTripper
+	token string
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.token != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.StatusCode < 400 || !strings.Contains(req.URL.Path, "/agent/") {
+		return resp, err
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return resp, nil
+	}
+	// Only the daemon's own error shape ({"error":{...}}) is taken over;
+	// Connect's own error bodies are left to the Connect client.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	var e rest.Error
+	if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
+		return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+// do sends a control-plane request and decodes a JSON response into out
+// (when out is not nil). body is JSON-encoded unless it is an io.Reader.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	ctype := ""
+	switch b := body.(type) {
+	case nil:
+	case io.Reader:
+		rd, ctype = b, "application/octet-stream"
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd, ctype = bytes.NewReader(buf), "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	req.Header.Set("Accept", "application/json")
+	c.logger.DebugContext(ctx, "request", "method", method, "path", path)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return connError(ctx, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return decodeError(resp)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if err == io.EOF {
+			return nil
+		}
+		return fmt.Errorf("decode %s %s response: %w", method, path, err)
+	}
+	return nil
+}
+
+// Version returns the daemon's version.
+func (c *Client) Version(ctx context.Context) (*rest.Version, error) {
+	var v rest.Version
+	if err := c.do(ctx, http.MethodGet, "/"+rest.APIVersion+"/version", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Ping checks that the daemon answers GET /health.
+func (c *Client) Ping(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/health", nil, nil)
+}
+
+// CreateSandbox creates and starts a sandbox.
+func (c *Client) CreateSandbox(ctx context.Context, req rest.CreateSandboxRequest) (*rest.Sandbox, error) {
+	var sb rest.Sandbox
+	if err := c.do(ctx, http.MethodPost, "/"+rest.APIVersion+"/sandboxes", req, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns one sandbox by ID or name, including its usage.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*rest.Sandbox, error) {
+	var sb rest.Sandbox
+	if err := c.do(ctx, http.MethodGet, sandboxPath(id), nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListSandboxes returns all sandboxes (without usage).
+func (c *Client) ListSandboxes(ctx context.Context) ([]rest.Sandbox, error) {
+	var l rest.SandboxList
+	if err := c.do(ctx, http.MethodGet, "/"+rest.APIVersion+"/sandboxes", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Sandboxes, nil
+}
+
+// RemoveSandbox stops and removes a sandbox. force removes it even when it
+// does not stop gracefully.
+func (c *Client) RemoveSandbox(ctx context.Context, id string, force bool) error {
+	p := sandboxPath(id)
+	if force {
+		p += "?force=1"
+	}
+	return c.do(ctx, http.MethodDelete, p, nil, nil)
+}
+
+// ListImages returns the daemon's images.
+func (c *Client) ListImages(ctx context.Context) ([]rest.Image, error) {
+	var l rest.ImageList
+	if err := c.do(ctx, http.MethodGet, "/"+rest.APIVersion+"/images", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Images, nil
+}
+
+// ImportImage imports a root filesystem as image name from r, a tar or
+// tar.gz stream, which is streamed to the daemon as it is read.
+func (c *Client) ImportImage(ctx context.Context, name string, r io.Reader) (*rest.Image, error) {
+	img := rest.Image{Name: name}
+	if err := c.do(ctx, http.MethodPost, imagePath(name), r, &img); err != nil {
+		return nil, err
+	}
+	return &img, nil
+}
+
+// RemoveImage removes an image.
+func (c *Client) RemoveImage(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, imagePath(name), nil, nil)
+}
+
+func sandboxPath(id string) string {
+	return "/" + rest.APIVersion + "/sandboxes/" + url.PathEscape(id)
+}
+
+func imagePath(name string) string {
+	return "/" + rest.APIVersion + "/images/" + url.PathEscape(name)
+}

@@ -1,0 +1,92 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/client/clienttest"
+)
+
+// Runs a command against a fake daemon (clienttest), as a test would.
+func Example() {
+	srv := clienttest.New().Server()
+	defer srv.Close()
+	ctx := context.Background()
+
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		log.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: "busybox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.RemoveSandbox(ctx, sb.ID, true)
+
+	res, err := c.Sandbox(sb.ID).Exec(ctx, client.ExecOptions{
+		Cmd:    []string{"echo", "hello", "from", "the", "box"},
+		Stdout: os.Stdout,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("exit code:", res.ExitCode)
+	// Output:
+	// hello from the box
+	// exit code: 0
+}
+
+// Runs a command with limits on the local daemon and reports an OOM kill.
+func ExampleSandbox_Exec() {
+	ctx := context.Background()
+	c, err := client.New() // CORRAL_HOST or unix:///run/corral/corral.sock
+	if err != nil {
+		log.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, rest.CreateSandboxRequest{
+		Resources: rest.Resources{MemoryBytes: 64 << 20, CPUs: 1},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.RemoveSandbox(ctx, sb.ID, true)
+
+	res, err := c.Sandbox(sb.ID).Exec(ctx, client.ExecOptions{
+		Cmd:     []string{"sh", "-c", "cat > /tmp/in && wc -c /tmp/in"},
+		Stdin:   strings.NewReader("some input"),
+		Stdout:  os.Stdout,
+		Stderr:  os.Stderr,
+		Timeout: 10 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if res.OOMKilled || res.TimedOut {
+		fmt.Println(res.Error)
+	}
+}
+
+// Copies a file into a sandbox and reads it back.
+func ExampleSandbox_Upload() {
+	ctx := context.Background()
+	c, err := client.New(client.WithHost("tcp://127.0.0.1:7070"), client.WithToken(os.Getenv("TOKEN")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := c.Sandbox("my-sandbox")
+	if err := s.Upload(ctx, "/tmp/hello.txt", strings.NewReader("hello\n")); err != nil {
+		log.Fatal(err)
+	}
+	rc, err := s.Download(ctx, "/tmp/hello.txt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rc.Close()
+	_, _ = os.Stdout.ReadFrom(rc)
+}

@@ -1,0 +1,415 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/api/gen/filesystem/filesystemconnect"
+	pb "github.com/corral-sandbox/corral/api/gen/process"
+	"github.com/corral-sandbox/corral/api/gen/process/processconnect"
+	"github.com/corral-sandbox/corral/api/rest"
+)
+
+// stdinChunk is the largest stdin chunk forwarded in one SendInput call.
+const stdinChunk = 32 << 10
+
+// Sandbox is the data-plane handle of one sandbox: exec, processes and files
+// through its agent. Creating it makes no request.
+type Sandbox struct {
+	c    *Client
+	id   string
+	base string // <host>/v1/sandboxes/<id>/agent
+	proc processconnect.ProcessClient
+	fs   filesystemconnect.FilesystemClient
+}
+
+// Sandbox returns the data-plane handle of the sandbox with this ID or name.
+func (c *Client) Sandbox(id string) *Sandbox {
+	base := c.base + sandboxPath(id) + "/agent"
+	return &Sandbox{
+		c:    c,
+		id:   id,
+		base: base,
+		proc: processconnect.NewProcessClient(c.hc, base),
+		fs:   filesystemconnect.NewFilesystemClient(c.hc, base),
+	}
+}
+
+// ID returns the ID or name the handle was made with.
+func (s *Sandbox) ID() string { return s.id }
+
+// Size is a terminal size.
+type Size struct {
+	Cols, Rows uint32
+}
+
+// ExecOptions describe a command to run in a sandbox.
+type ExecOptions struct {
+	// Cmd is the program and its arguments; Cmd[0] is looked up in PATH.
+	Cmd []string
+	// Env is merged over the sandbox's environment.
+	Env map[string]string
+	// Cwd is the working directory (default: the user's home or the
+	// sandbox's workdir).
+	Cwd string
+	// User is a user name or numeric uid to run as.
+	User string
+	// Tag names the process for Connect and Kill by tag.
+	Tag string
+	// TTY runs the command on a pseudo-terminal; its output arrives on
+	// Stdout only and Stdin is the terminal's input.
+	TTY bool
+	// TTYSize is the initial terminal size (default 80x24).
+	TTYSize Size
+	// Resize carries terminal size changes while the command runs.
+	Resize <-chan Size
+	// Stdin, when set, is forwarded to the command until EOF, then the
+	// command's stdin is closed (for a TTY it is left open). Reading it
+	// continues in the background until it returns, even after Exec has
+	// returned; the data is then dropped.
+	Stdin io.Reader
+	// Stdout and Stderr receive the output as it arrives; nil discards it.
+	Stdout, Stderr io.Writer
+	// Timeout kills the command after this long (0 = no timeout); the
+	// result then has TimedOut set.
+	Timeout time.Duration
+	// Detach returns as soon as the command has started; it keeps running
+	// and can be reattached with Connect.
+	Detach bool
+}
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	// ExitCode is the exit status, or 128+N when the command was killed by
+	// signal N (137 for SIGKILL, the OOM killer or a timeout), or -1 when
+	// neither is known (and for a detached command).
+	ExitCode int
+	// PID is the command's pid inside the sandbox.
+	PID uint32
+	// OOMKilled is set when the kernel's OOM killer ended the command.
+	OOMKilled bool
+	// TimedOut is set when the command was killed by its timeout.
+	TimedOut bool
+	// Error is the agent's explanation, e.g. "killed: out of memory
+	// (memory limit 64 MiB)"; empty for a normal exit.
+	Error string
+	// Signal is the name of the signal that ended the command ("killed",
+	// "terminated"), empty when it exited.
+	Signal string
+}
+
+// StartError is returned by Exec when the agent refused to start the
+// command (not found, not executable, bad working directory...). It unwraps
+// to the classified error.
+type StartError struct {
+	Cmd string
+	Err error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("start %s: %v", e.Cmd, e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// startError classifies an error of Start: the agent's refusals become a
+// StartError; the daemon's own errors (unknown sandbox...) and transport
+// failures stay as they are.
+func startError(ctx context.Context, cmd string, err error) error {
+	err = fromConnect(ctx, err)
+	var ae *Error
+	if errors.As(err, &ae) && ae.Status == 0 {
+		return &StartError{Cmd: cmd, Err: err}
+	}
+	return err
+}
+
+// Exec runs a command in the sandbox and streams its output to
+// opts.Stdout and opts.Stderr as it arrives. It returns when the command
+// ends (or, with Detach, once it has started). A non-zero exit is not an
+// error: read ExecResult.ExitCode. When ctx ends after the command started,
+// Exec returns the context's error together with a result that has the PID;
+// the command keeps running.
+func (s *Sandbox) Exec(ctx context.Context, opts ExecOptions) (*ExecResult, error) {
+	if len(opts.Cmd) == 0 || opts.Cmd[0] == "" {
+		return nil, fmt.Errorf("exec: empty command: %w", errdefs.ErrInvalidArgument)
+	}
+	cfg := &pb.ProcessConfig{Cmd: opts.Cmd[0], Args: opts.Cmd[1:], Envs: opts.Env}
+	if opts.Cwd != "" {
+		cfg.Cwd = &opts.Cwd
+	}
+	if opts.User != "" {
+		cfg.User = &opts.User
+	}
+	req := &pb.StartRequest{Process: cfg}
+	if opts.Timeout > 0 {
+		ms := uint64((opts.Timeout + time.Millisecond - 1) / time.Millisecond)
+		cfg.TimeoutMs = &ms
+		req.TimeoutMs = &ms
+	}
+	if opts.Tag != "" {
+		req.Tag = &opts.Tag
+	}
+	if opts.TTY {
+		sz := opts.TTYSize
+		if sz.Cols == 0 || sz.Rows == 0 {
+			sz = Size{Cols: 80, Rows: 24}
+		}
+		req.Pty = &pb.PTY{Size: &pb.PTY_Size{Cols: sz.Cols, Rows: sz.Rows}}
+	}
+	stdin := opts.Stdin != nil || opts.TTY
+	req.Stdin = &stdin
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := s.proc.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, startError(ctx, opts.Cmd[0], err)
+	}
+	defer stream.Close()
+
+	// The first event is the start event (keepalives aside).
+	var pid uint32
+	for pid == 0 {
+		if !stream.Receive() {
+			err := stream.Err()
+			if err == nil {
+				err = fmt.Errorf("stream ended before the start event: %w", errdefs.ErrUnavailable)
+			}
+			return nil, startError(ctx, opts.Cmd[0], err)
+		}
+		ev := stream.Msg().GetEvent()
+		if st := ev.GetStart(); st != nil {
+			pid = st.GetPid()
+		} else if ev.GetKeepalive() == nil {
+			return nil, fmt.Errorf("exec %s: %T before the start event: %w", opts.Cmd[0], ev.GetEvent(), errdefs.ErrInternal)
+		}
+	}
+	s.c.logger.DebugContext(ctx, "exec started", "sandbox", s.id, "pid", pid)
+	if opts.Detach {
+		return &ExecResult{PID: pid, ExitCode: -1}, nil
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait() // the resize goroutine; the stdin reader may outlive Exec
+	if opts.Stdin != nil {
+		go s.forwardStdin(ctx, pid, opts.Stdin, opts.TTY)
+	}
+	if opts.TTY && opts.Resize != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.forwardResize(ctx, pid, opts.Resize)
+		}()
+	}
+	res, err := receiveOutput(ctx, stream, pid, opts.Stdout, opts.Stderr)
+	cancel()
+	return res, err
+}
+
+// Connect reattaches to a running command by pid (tag "") or by tag and
+// streams its further output until it ends.
+func (s *Sandbox) Connect(ctx context.Context, pid uint32, tag string, stdout, stderr io.Writer) (*ExecResult, error) {
+	stream, err := s.proc.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: selector(pid, tag)}))
+	if err != nil {
+		return nil, fromConnect(ctx, err)
+	}
+	defer stream.Close()
+	return receiveOutput(ctx, stream, pid, stdout, stderr)
+}
+
+// eventStream is what Start and Connect streams have in common.
+type eventStream[T interface{ GetEvent() *pb.ProcessEvent }] interface {
+	Receive() bool
+	Msg() T
+	Err() error
+}
+
+func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Context, stream eventStream[T], pid uint32, stdout, stderr io.Writer) (*ExecResult, error) {
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch {
+		case ev.GetStart() != nil:
+			pid = ev.GetStart().GetPid()
+		case ev.GetData() != nil:
+			d := ev.GetData()
+			var err error
+			switch o := d.GetOutput().(type) {
+			case *pb.ProcessEvent_DataEvent_Stdout:
+				_, err = stdout.Write(o.Stdout)
+			case *pb.ProcessEvent_DataEvent_Pty:
+				_, err = stdout.Write(o.Pty)
+			case *pb.ProcessEvent_DataEvent_Stderr:
+				_, err = stderr.Write(o.Stderr)
+			}
+			if err != nil {
+				return &ExecResult{PID: pid, ExitCode: -1}, fmt.Errorf("write output: %w", err)
+			}
+		case ev.GetEnd() != nil:
+			return endResult(pid, ev.GetEnd()), nil
+		}
+	}
+	err := stream.Err()
+	if err == nil {
+		err = fmt.Errorf("stream of pid %d ended without an end event: %w", pid, errdefs.ErrUnavailable)
+	}
+	return &ExecResult{PID: pid, ExitCode: -1}, fromConnect(ctx, err)
+}
+
+func endResult(pid uint32, end *pb.ProcessEvent_EndEvent) *ExecResult {
+	res := &ExecResult{
+		PID:       pid,
+		ExitCode:  int(end.GetExitCode()),
+		OOMKilled: end.GetOomKilled(),
+		TimedOut:  end.GetTimedOut(),
+		Error:     end.GetError(),
+	}
+	if !end.GetExited() {
+		res.ExitCode = -1
+		if name, ok := strings.CutPrefix(end.GetStatus(), "signal: "); ok {
+			name = strings.TrimSuffix(name, " (core dumped)")
+			res.Signal = name
+			if n := signalNumber(name); n > 0 {
+				res.ExitCode = 128 + n
+			}
+		}
+		if res.ExitCode < 0 && (res.OOMKilled || res.TimedOut) {
+			res.ExitCode = 128 + int(syscall.SIGKILL)
+		}
+	}
+	return res
+}
+
+// signalNumber maps a signal's description ("killed") back to its number.
+func signalNumber(name string) int {
+	for n := 1; n < 65; n++ {
+		if syscall.Signal(n).String() == name {
+			return n
+		}
+	}
+	return 0
+}
+
+func (s *Sandbox) forwardStdin(ctx context.Context, pid uint32, r io.Reader, tty bool) {
+	buf := make([]byte, stdinChunk)
+	for {
+		n, err := r.Read(buf)
+		if ctx.Err() != nil {
+			return
+		}
+		if n > 0 {
+			in := &pb.ProcessInput{}
+			chunk := append([]byte(nil), buf[:n]...)
+			if tty {
+				in.Input = &pb.ProcessInput_Pty{Pty: chunk}
+			} else {
+				in.Input = &pb.ProcessInput_Stdin{Stdin: chunk}
+			}
+			if _, serr := s.proc.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: selector(pid, ""), Input: in})); serr != nil {
+				s.c.logger.DebugContext(ctx, "send input", "pid", pid, "error", serr)
+				return
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.c.logger.DebugContext(ctx, "read stdin", "pid", pid, "error", err)
+			}
+			if !tty {
+				if _, cerr := s.proc.CloseStdin(ctx, connect.NewRequest(&pb.CloseStdinRequest{Process: selector(pid, "")})); cerr != nil {
+					s.c.logger.DebugContext(ctx, "close stdin", "pid", pid, "error", cerr)
+				}
+			}
+			return
+		}
+	}
+}
+
+func (s *Sandbox) forwardResize(ctx context.Context, pid uint32, sizes <-chan Size) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			if err := s.Resize(ctx, pid, sz); err != nil {
+				s.c.logger.DebugContext(ctx, "resize", "pid", pid, "error", err)
+			}
+		}
+	}
+}
+
+// Resize changes the terminal size of a command started with TTY.
+func (s *Sandbox) Resize(ctx context.Context, pid uint32, sz Size) error {
+	_, err := s.proc.Update(ctx, connect.NewRequest(&pb.UpdateRequest{
+		Process: selector(pid, ""),
+		Pty:     &pb.PTY{Size: &pb.PTY_Size{Cols: sz.Cols, Rows: sz.Rows}},
+	}))
+	return fromConnect(ctx, err)
+}
+
+// Process is a command the agent tracks.
+type Process struct {
+	PID  uint32            `json:"pid"`
+	Tag  string            `json:"tag,omitempty"`
+	Cmd  []string          `json:"cmd"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	User string            `json:"user,omitempty"`
+}
+
+// Processes lists the running commands started through the agent.
+func (s *Sandbox) Processes(ctx context.Context) ([]Process, error) {
+	resp, err := s.proc.List(ctx, connect.NewRequest(&pb.ListRequest{}))
+	if err != nil {
+		return nil, fromConnect(ctx, err)
+	}
+	var out []Process
+	for _, p := range resp.Msg.GetProcesses() {
+		cfg := p.GetConfig()
+		out = append(out, Process{
+			PID:  p.GetPid(),
+			Tag:  p.GetTag(),
+			Cmd:  append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+			Cwd:  cfg.GetCwd(),
+			Env:  cfg.GetEnvs(),
+			User: cfg.GetUser(),
+		})
+	}
+	return out, nil
+}
+
+// Kill sends sig to the process group of the command with this pid (tag
+// "") or tag.
+func (s *Sandbox) Kill(ctx context.Context, pid uint32, tag string, sig syscall.Signal) error {
+	_, err := s.proc.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{
+		Process: selector(pid, tag),
+		Signal:  pb.Signal(int32(sig)),
+	}))
+	return fromConnect(ctx, err)
+}
+
+func selector(pid uint32, tag string) *pb.ProcessSelector {
+	if tag != "" {
+		return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: tag}}
+	}
+	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+}
+
+// Info returns the sandbox's description (GetSandbox).
+func (s *Sandbox) Info(ctx context.Context) (*rest.Sandbox, error) {
+	return s.c.GetSandbox(ctx, s.id)
+}

@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"time"
+
+	"connectrpc.com/connect"
+
+	fspb "github.com/corral-sandbox/corral/api/gen/filesystem"
+)
+
+// Entry describes a file in a sandbox. Symlinks are not followed.
+type Entry struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Type is "file", "dir", "symlink" or "" when unknown.
+	Type          string      `json:"type"`
+	Size          int64       `json:"size"`
+	Mode          fs.FileMode `json:"mode"`
+	Owner         string      `json:"owner,omitempty"`
+	Group         string      `json:"group,omitempty"`
+	Modified      time.Time   `json:"modified"`
+	SymlinkTarget string      `json:"symlink_target,omitempty"`
+}
+
+// IsDir reports whether the entry is a directory.
+func (e *Entry) IsDir() bool { return e.Type == "dir" }
+
+func entryFrom(e *fspb.EntryInfo) *Entry {
+	out := &Entry{
+		Name:          e.GetName(),
+		Path:          e.GetPath(),
+		Size:          e.GetSize(),
+		Mode:          fs.FileMode(e.GetMode()),
+		Owner:         e.GetOwner(),
+		Group:         e.GetGroup(),
+		SymlinkTarget: e.GetSymlinkTarget(),
+	}
+	if t := e.GetModifiedTime(); t != nil {
+		out.Modified = t.AsTime()
+	}
+	switch e.GetType() {
+	case fspb.FileType_FILE_TYPE_FILE:
+		out.Type = "file"
+	case fspb.FileType_FILE_TYPE_DIRECTORY:
+		out.Type = "dir"
+	case fspb.FileType_FILE_TYPE_SYMLINK:
+		out.Type = "symlink"
+	}
+	return out
+}
+
+// Stat describes the file at path (not following a final symlink).
+func (s *Sandbox) Stat(ctx context.Context, path string) (*Entry, error) {
+	resp, err := s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: path}))
+	if err != nil {
+		return nil, fromConnect(ctx, err)
+	}
+	return entryFrom(resp.Msg.GetEntry()), nil
+}
+
+// ListDir lists a directory, depth levels deep (0 means 1).
+func (s *Sandbox) ListDir(ctx context.Context, path string, depth uint32) ([]*Entry, error) {
+	resp, err := s.fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: depth}))
+	if err != nil {
+		return nil, fromConnect(ctx, err)
+	}
+	out := make([]*Entry, 0, len(resp.Msg.GetEntries()))
+	for _, e := range resp.Msg.GetEntries() {
+		out = append(out, entryFrom(e))
+	}
+	return out, nil
+}
+
+// MakeDir creates a directory and its missing parents.
+func (s *Sandbox) MakeDir(ctx context.Context, path string) (*Entry, error) {
+	resp, err := s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: path}))
+	if err != nil {
+		return nil, fromConnect(ctx, err)
+	}
+	return entryFrom(resp.Msg.GetEntry()), nil
+}
+
+// Remove removes a file or a directory tree.
+func (s *Sandbox) Remove(ctx context.Context, path string) error {
+	_, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: path}))
+	return fromConnect(ctx, err)
+}
+
+// Move renames a file or directory.
+func (s *Sandbox) Move(ctx context.Context, src, dst string) (*Entry, error) {
+	resp, err := s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: src, Destination: dst}))
+	if err != nil {
+		return nil, fromConnect(ctx, err)
+	}
+	return entryFrom(resp.Msg.GetEntry()), nil
+}
+
+// Download streams the contents of one file. The caller closes the reader.
+func (s *Sandbox) Download(ctx context.Context, path string) (io.ReadCloser, error) {
+	return s.files(ctx, http.MethodGet, path, false, nil)
+}
+
+// DownloadTar streams a tar archive of the file or directory at path; its
+// first entry is path itself. The caller closes the reader.
+func (s *Sandbox) DownloadTar(ctx context.Context, path string) (io.ReadCloser, error) {
+	return s.files(ctx, http.MethodGet, path, true, nil)
+}
+
+// Upload writes r to the file at path (created or replaced), streaming it.
+func (s *Sandbox) Upload(ctx context.Context, path string, r io.Reader) error {
+	rc, err := s.files(ctx, http.MethodPost, path, false, r)
+	if err != nil {
+		return err
+	}
+	return rc.Close()
+}
+
+// UploadTar extracts the tar stream r into the directory dir, streaming it.
+func (s *Sandbox) UploadTar(ctx context.Context, dir string, r io.Reader) error {
+	rc, err := s.files(ctx, http.MethodPost, dir, true, r)
+	if err != nil {
+		return err
+	}
+	return rc.Close()
+}
+
+func (s *Sandbox) files(ctx context.Context, method, path string, tar bool, body io.Reader) (io.ReadCloser, error) {
+	q := url.Values{"path": {path}}
+	if tar {
+		q.Set("format", "tar")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.base+"/files?"+q.Encode(), body)
+	if err != nil {
+		return nil, fmt.Errorf("%s files %s: %w", method, path, err)
+	}
+	if body != nil {
+		ct := "application/octet-stream"
+		if tar {
+			ct = "application/x-tar"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := s.c.hc.Do(req)
+	if err != nil {
+		return nil, connError(ctx, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	if method != http.MethodGet {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+	}
+	return resp.Body, nil
+}

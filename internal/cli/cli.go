@@ -1,0 +1,178 @@
+// Package cli is the corral command line: a cobra tree of docker-like verbs
+// that talk to the daemon through package client, plus the serve and agent
+// roles of the same binary.
+//
+// Exit codes:
+//
+//	0       success
+//	1       an error of corral itself (bad flags, daemon or API errors)
+//	        for every verb except exec and run
+//	N       exec and run exit with the command's own exit code
+//	124     exec/run: the command was killed by its --timeout
+//	125     exec/run: corral itself failed (bad flags, daemon or API error)
+//	126     exec/run: the command could not be started (not executable...)
+//	127     exec/run: the command was not found
+//	128+N   exec/run: the command was killed by signal N (137 = SIGKILL,
+//	        also the OOM killer, reported on stderr)
+//
+// Errors print "corral: <message>" on stderr.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+
+	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/log"
+)
+
+// Exit codes; see the package doc.
+const (
+	ExitOK          = 0
+	ExitError       = 1
+	ExitTimeout     = 124
+	ExitExecError   = 125
+	ExitCannotRun   = 126
+	ExitNotFound    = 127
+	exitSignalBase  = 128
+	defaultLogLevel = "warn"
+)
+
+// Streams are the standard streams of a run.
+type Streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Execute runs corral with os.Args and the process's standard streams, with
+// SIGINT and SIGTERM cancelling ctx (a second signal kills the process), and
+// returns the exit code.
+func Execute(ctx context.Context) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // the next signal gets the default behaviour
+	}()
+	return Main(ctx, os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+}
+
+// Main runs the command line args and returns the exit code.
+func Main(ctx context.Context, args []string, s Streams) int {
+	a := &app{streams: s}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	if c, _, err := root.Find(args); err == nil && (c.Name() == "exec" || c.Name() == "run") {
+		a.execVerb = true
+	}
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintf(s.Err, "corral: %s\n", ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(s.Err, "corral: %v\n", err)
+	if a.execVerb {
+		return execExitCode(err)
+	}
+	return ExitError
+}
+
+// exitError ends the program with code after printing msg (if any).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.msg) }
+
+// execExitCode is the exit code of exec and run for an error of corral.
+func execExitCode(err error) int {
+	var se *client.StartError
+	if errors.As(err, &se) {
+		switch {
+		case errdefs.IsNotFound(err):
+			return ExitNotFound
+		case errdefs.IsPermissionDenied(err), errdefs.IsInvalidArgument(err), errdefs.IsFailedPrecondition(err):
+			return ExitCannotRun
+		}
+	}
+	return ExitExecError
+}
+
+// app holds the global flags and the state of one run.
+type app struct {
+	streams  Streams
+	host     string
+	logLevel string
+	// execVerb is set for exec and run: their errors use 125-127.
+	execVerb bool
+	logger   *slog.Logger
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "corral",
+		Short: "Self-hosted sandboxes for AI agents",
+		Long: `corral runs sandboxes (OCI containers whose PID 1 is the corral agent) and
+executes commands and file operations in them.
+
+The daemon is "corral serve"; every other verb is a client of its API, found
+with --host or CORRAL_HOST (default unix:///run/corral/corral.sock). A token
+for a TCP daemon is read from CORRAL_TOKEN.`,
+		Example: `  corral run -- echo hello
+  id=$(corral create --memory 512m --cpus 1)
+  corral exec -it $id -- sh
+  corral cp ./src $id:/work
+  corral rm -f $id`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			lvl, err := log.ParseLevel(a.logLevel)
+			if err != nil {
+				return fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", a.logLevel)
+			}
+			a.logger = slog.New(slog.NewTextHandler(a.streams.Err, &slog.HandlerOptions{Level: lvl}))
+			cmd.SetContext(log.WithLogger(cmd.Context(), a.logger))
+			return nil
+		},
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see --help)", err)
+	})
+	host := os.Getenv(client.HostEnv)
+	if host == "" {
+		host = client.DefaultHost
+	}
+	root.PersistentFlags().StringVar(&a.host, "host", host, "daemon address: unix:///path, tcp://host:port or http(s)://host:port (env CORRAL_HOST)")
+	root.PersistentFlags().StringVar(&a.logLevel, "log-level", defaultLogLevel, "log level: debug, info, warn or error")
+	root.AddCommand(
+		a.serveCmd(), a.agentCmd(),
+		a.createCmd(), a.runCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.psCmd(),
+		a.cpCmd(), a.versionCmd(), a.imageCmd(),
+	)
+	return root
+}
+
+// client returns a client for --host.
+func (a *app) client() (*client.Client, error) {
+	return client.New(client.WithHost(a.host), client.WithLogger(a.logger))
+}

@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/log"
+)
+
+// execFlags are the flags of exec and run.
+type execFlags struct {
+	interactive, tty, detach bool
+	env                      []string
+	cwd, user                string
+	timeout                  time.Duration
+}
+
+func (f *execFlags) register(cmd *cobra.Command, withEnv bool, timeoutName, timeoutUsage string) {
+	fs := cmd.Flags()
+	fs.BoolVarP(&f.interactive, "interactive", "i", false, "forward stdin to the command")
+	fs.BoolVarP(&f.tty, "tty", "t", false, "run the command on a terminal (raw mode, resized with this window)")
+	if withEnv {
+		fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (K alone copies it from this shell); repeatable")
+	}
+	fs.StringVar(&f.cwd, "cwd", "", "working directory of the command")
+	fs.StringVarP(&f.user, "user", "u", "", "user name or uid to run as")
+	fs.DurationVar(&f.timeout, timeoutName, 0, timeoutUsage)
+}
+
+func (a *app) execCmd() *cobra.Command {
+	var f execFlags
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox",
+		Long: `Run a command in a sandbox, stream its output live and exit with its exit
+code. A command killed by the OOM killer exits 137 with the reason on stderr;
+one killed by --timeout exits 124. Errors of corral itself exit 125, a command
+that cannot be run 126, one that is not found 127.`,
+		Example: `  corral exec web -- ls -l /
+  corral exec -it web -- sh
+  echo data | corral exec -i web -- wc -c
+  corral exec --timeout 5s web -- sleep 60
+  corral exec --detach web -- python3 -m http.server`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			return a.exec(cmd.Context(), c.Sandbox(args[0]), args[1:], &f)
+		},
+	}
+	f.register(cmd, true, "timeout", "kill the command after this long, e.g. 5s (exit code 124)")
+	cmd.Flags().BoolVarP(&f.detach, "detach", "d", false, "start the command in the background and print its pid")
+	return cmd
+}
+
+// exec runs argv in s with the streams of the app and turns the result into
+// an exitError.
+func (a *app) exec(ctx context.Context, s *client.Sandbox, argv []string, f *execFlags) error {
+	env, err := parseEnv(f.env, "--env")
+	if err != nil {
+		return err
+	}
+	opts := client.ExecOptions{
+		Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TTY: f.tty, Timeout: f.timeout, Detach: f.detach,
+		Stdout: a.streams.Out, Stderr: a.streams.Err,
+	}
+	if f.interactive {
+		opts.Stdin = a.streams.In
+	}
+	if f.tty {
+		restore, err := a.setupTTY(ctx, &opts)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
+	res, err := s.Exec(ctx, opts)
+	if err != nil {
+		if res != nil && res.PID != 0 && ctx.Err() != nil {
+			// Interrupted: stop the command too, like docker's sig-proxy.
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if kerr := s.Kill(kctx, res.PID, "", syscall.SIGKILL); kerr != nil {
+				log.G(ctx).Debug("kill interrupted command", "pid", res.PID, "error", kerr)
+			}
+			return &exitError{code: exitSignalBase + int(syscall.SIGINT), msg: "interrupted"}
+		}
+		return err
+	}
+	if f.detach {
+		fmt.Fprintln(a.streams.Out, res.PID)
+		return nil
+	}
+	return resultError(res, f.timeout)
+}
+
+// resultError maps a finished command to the exit of corral (nil for 0).
+func resultError(res *client.ExecResult, timeout time.Duration) error {
+	switch {
+	case res.TimedOut:
+		msg := "command timed out"
+		if timeout > 0 {
+			msg += " after " + timeout.String()
+		}
+		return &exitError{code: ExitTimeout, msg: msg}
+	case res.OOMKilled:
+		msg := res.Error
+		if msg == "" {
+			msg = "killed: out of memory"
+		}
+		return &exitError{code: exitSignalBase + int(syscall.SIGKILL), msg: msg}
+	case res.ExitCode == 0:
+		return nil
+	case res.ExitCode < 0 || res.ExitCode > 255:
+		msg := res.Error
+		if msg == "" {
+			msg = "command ended without an exit status"
+		}
+		return &exitError{code: ExitExecError, msg: msg}
+	}
+	return &exitError{code: res.ExitCode}
+}
+
+// setupTTY puts the terminal in raw mode and feeds its size changes to the
+// command. The returned func restores the terminal.
+func (a *app) setupTTY(ctx context.Context, opts *client.ExecOptions) (func(), error) {
+	out, ok := a.streams.Out.(*os.File)
+	if !ok || !term.IsTerminal(int(out.Fd())) {
+		// Not a terminal: run with a pty anyway, without raw mode.
+		return func() {}, nil
+	}
+	if w, h, err := term.GetSize(int(out.Fd())); err == nil {
+		opts.TTYSize = client.Size{Cols: uint32(w), Rows: uint32(h)}
+	}
+	var restores []func()
+	if in, ok := a.streams.In.(*os.File); ok && opts.Stdin != nil && term.IsTerminal(int(in.Fd())) {
+		st, err := term.MakeRaw(int(in.Fd()))
+		if err != nil {
+			return nil, fmt.Errorf("set terminal raw mode: %w", err)
+		}
+		restores = append(restores, func() { _ = term.Restore(int(in.Fd()), st) })
+	}
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	sizes := make(chan client.Size, 1)
+	opts.Resize = sizes
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-winch:
+				w, h, err := term.GetSize(int(out.Fd()))
+				if err != nil {
+					continue
+				}
+				select {
+				case sizes <- client.Size{Cols: uint32(w), Rows: uint32(h)}:
+				default: // a resize is pending; the next SIGWINCH sends the latest
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(winch)
+		cancel()
+		<-done
+		for _, r := range restores {
+			r()
+		}
+	}, nil
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var cf createFlags
+	var ef execFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Create a sandbox, run one command in it, remove it",
+		Long: `Create a sandbox, run one command in it and remove the sandbox, also when the
+command fails or corral is interrupted. Exits like exec.`,
+		Example: `  corral run -- echo hello
+  corral run --memory 64m -- python3 -c 'x = bytearray(1 << 30)'
+  corral run -it --image python -- python3`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			ctx := cmd.Context()
+			req, err := cf.request()
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.CreateSandbox(ctx, req)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if rerr := c.RemoveSandbox(rctx, sb.ID, true); rerr != nil {
+					var ee *exitError
+					if err == nil || errors.As(err, &ee) {
+						fmt.Fprintf(a.streams.Err, "corral: remove sandbox %s: %v\n", sb.ID, rerr)
+					}
+				}
+			}()
+			return a.exec(ctx, c.Sandbox(sb.ID), args, &ef)
+		},
+	}
+	cf.register(cmd.Flags())
+	// run's --timeout bounds the sandbox (as in create); the command's is
+	// --exec-timeout.
+	ef.register(cmd, false, "exec-timeout", "kill the command after this long, e.g. 5s (exit code 124)")
+	return cmd
+}

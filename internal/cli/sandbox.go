@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/version"
+)
+
+// createFlags are the flags of create and run.
+type createFlags struct {
+	image, workdir, name, runtime, user string
+	cpus                                float64
+	memory, disk, pids                  int64
+	env, labels                         []string
+	timeout                             time.Duration
+}
+
+func (f *createFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.image, "image", "", "image name (default: the daemon's default image)")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 0.5 or 2")
+	fs.Var(sizeFlag{&f.memory}, "memory", "memory limit: bytes or 512m, 1g, 1.5GiB")
+	fs.Var(sizeFlag{&f.disk}, "disk", "disk limit of the writable layer: bytes or 512m, 10g")
+	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes")
+	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable K=V (K alone copies it from this shell); repeatable")
+	fs.StringVar(&f.workdir, "workdir", "", "default working directory of commands")
+	fs.DurationVar(&f.timeout, "timeout", 0, "remove the sandbox this long after creation, e.g. 30m (0 = never)")
+	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label K=V; repeatable")
+	fs.StringVar(&f.name, "name", "", "unique name, usable wherever an ID is")
+	fs.StringVar(&f.runtime, "runtime", "", "OCI runtime: crun or runc (default: the daemon's)")
+}
+
+func (f *createFlags) request() (rest.CreateSandboxRequest, error) {
+	req := rest.CreateSandboxRequest{
+		Image: f.image, Name: f.name, Workdir: f.workdir, Runtime: f.runtime, User: f.user,
+		Resources: rest.Resources{CPUs: f.cpus, MemoryBytes: f.memory, DiskBytes: f.disk, Pids: f.pids},
+	}
+	if f.cpus < 0 || f.pids < 0 || f.timeout < 0 {
+		return req, errors.New("--cpus, --pids and --timeout must not be negative")
+	}
+	if f.timeout > 0 {
+		req.TimeoutSeconds = int64((f.timeout + time.Second - 1) / time.Second)
+	}
+	var err error
+	if req.Env, err = parseEnv(f.env, "--env"); err != nil {
+		return req, err
+	}
+	if req.Labels, err = parseKV(f.labels, "--label"); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// parseEnv parses K=V pairs; a bare K takes the value from this process's
+// environment (and is dropped when unset), as docker does.
+func parseEnv(kvs []string, flag string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, kv)
+		}
+		if !ok {
+			if v, ok = os.LookupEnv(k); !ok {
+				continue
+			}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// parseKV parses K=V pairs.
+func parseKV(kvs []string, flag string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" || !ok {
+			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func (a *app) createCmd() *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create and start a sandbox, print its ID",
+		Example: `  corral create
+  corral create --image python --memory 1g --cpus 2 --pids 256 --name web
+  corral create --env API_URL=http://x --label team=ml --timeout 1h`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.CreateSandbox(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.streams.Out, sb.ID)
+			return nil
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.Flags().StringVar(&f.user, "user", "", "default user of commands (name or uid)")
+	return cmd
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:     "ls [flags]",
+		Aliases: []string{"list"},
+		Short:   "List sandboxes",
+		Example: `  corral ls
+  corral ls -q | xargs corral rm -f
+  corral ls --json | jq '.[].id'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.ListSandboxes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			switch {
+			case asJSON:
+				if l == nil {
+					l = []rest.Sandbox{}
+				}
+				return writeJSON(a.streams.Out, l)
+			case quiet:
+				for _, sb := range l {
+					fmt.Fprintln(a.streams.Out, sb.ID)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.streams.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tIMAGE\tSTATE\tCREATED")
+			for _, sb := range l {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Name, sb.Image, sb.State, ago(sb.Created))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
+	return cmd
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.Local().Format("2006-01-02 15:04")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) inspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "inspect ID...",
+		Short:   "Print sandboxes as JSON, with their resource usage",
+		Example: `  corral inspect web | jq '.[0].usage'`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			out := []*rest.Sandbox{}
+			var errs []error
+			for _, id := range args {
+				sb, err := c.GetSandbox(cmd.Context(), id)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", id, err))
+					continue
+				}
+				out = append(out, sb)
+			}
+			if err := writeJSON(a.streams.Out, out); err != nil {
+				return err
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+func (a *app) rmCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "rm [-f] ID...",
+		Aliases: []string{"remove"},
+		Short:   "Stop and remove sandboxes",
+		Example: `  corral rm web
+  corral rm -f $(corral ls -q)`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, id := range args {
+				if err := c.RemoveSandbox(cmd.Context(), id, force); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", id, err))
+					continue
+				}
+				fmt.Fprintln(a.streams.Out, id)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "kill the sandbox if it does not stop gracefully")
+	return cmd
+}
+
+func (a *app) psCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "ps ID",
+		Short:   "List the commands running in a sandbox (started through its agent)",
+		Example: `  corral ps web`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ps, err := c.Sandbox(args[0]).Processes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.streams.Out, ps)
+			}
+			tw := tabwriter.NewWriter(a.streams.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PID\tTAG\tCMD")
+			for _, p := range ps {
+				fmt.Fprintf(tw, "%d\t%s\t%s\n", p.PID, p.Tag, strings.Join(p.Cmd, " "))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the client's and the daemon's versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cv := rest.Version{Version: version.Version, GoVersion: runtime.Version()}
+			c, err := a.client()
+			var sv *rest.Version
+			if err == nil {
+				sv, err = c.Version(cmd.Context())
+			}
+			if asJSON {
+				if jerr := writeJSON(a.streams.Out, map[string]any{"client": cv, "server": sv}); jerr != nil {
+					return jerr
+				}
+				return err
+			}
+			fmt.Fprintf(a.streams.Out, "Client:\n  Version:  %s\n  Go:       %s\n", cv.Version, cv.GoVersion)
+			if err != nil {
+				return fmt.Errorf("daemon at %s: %w", a.host, err)
+			}
+			fmt.Fprintf(a.streams.Out, "Server:\n  Version:  %s\n  Go:       %s\n  Runtimes: %s\n  Cgroup:   %s\n",
+				sv.Version, sv.GoVersion, strings.Join(sv.Runtimes, ", "), sv.Cgroup)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

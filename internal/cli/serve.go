@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/corral-sandbox/corral/internal/agent"
+	"github.com/corral-sandbox/corral/internal/daemon"
+	"github.com/corral-sandbox/corral/internal/log"
+)
+
+func (a *app) serveCmd() *cobra.Command {
+	var configPath, root, listen, tokenFile string
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Run the corral daemon",
+		Long: `Run the corral daemon: it owns sandboxes and images and serves the API on its
+unix socket (and on --listen with a bearer token). The configuration is read
+from --config (TOML, version = 1); flags override it. SIGINT or SIGTERM stop
+the daemon gracefully.`,
+		Example: `  corral serve
+  corral serve --config /etc/corral/config.toml --log-level debug
+  corral serve --listen 127.0.0.1:7070 --token-file /etc/corral/token`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := daemon.LoadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			fs := cmd.Flags()
+			if fs.Changed("root") {
+				cfg.Root = root
+			}
+			if fs.Changed("listen") {
+				cfg.Listen = listen
+			}
+			if fs.Changed("token-file") {
+				cfg.TokenFile = tokenFile
+			}
+			if cmd.Flags().Changed("log-level") || cfg.LogLevel == "" {
+				cfg.LogLevel = a.logLevel
+			}
+			lvl, err := log.ParseLevel(cfg.LogLevel)
+			if err != nil {
+				return fmt.Errorf("log level %q: want debug, info, warn or error", cfg.LogLevel)
+			}
+			l := slog.New(slog.NewTextHandler(a.streams.Err, &slog.HandlerOptions{Level: lvl}))
+			return daemon.Run(log.WithLogger(cmd.Context(), l), cfg)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", daemon.DefaultConfigPath, "configuration file (TOML)")
+	cmd.Flags().StringVar(&root, "root", "", "state directory (overrides the config's root)")
+	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (needs --token-file)")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token required on --listen")
+	return cmd
+}
+
+func (a *app) agentCmd() *cobra.Command {
+	var cfg agent.Config
+	cmd := &cobra.Command{
+		Use:   "agent [flags]",
+		Short: "Run the in-sandbox agent (PID 1 of a sandbox; started by the daemon)",
+		Long: `Run the in-sandbox agent. The daemon starts it as PID 1 of every sandbox with
+a listening socket on fd 3; it serves process and file operations over Connect
+RPC (E2B envd-compatible). It is not meant to be started by hand, except for
+tests with --listen.`,
+		Example: `  corral agent --listen-fd 3
+  corral agent --listen unix:///tmp/agent.sock`,
+		Hidden: false,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Listen == "" && cfg.ListenFD <= 0 {
+				return fmt.Errorf("one of --listen-fd and --listen is required")
+			}
+			return agent.Run(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().IntVar(&cfg.ListenFD, "listen-fd", 0, "inherited listening socket (the runtime passes 3)")
+	cmd.Flags().StringVar(&cfg.Listen, "listen", "", "address to listen on instead: unix:///path or tcp://127.0.0.1:0")
+	cmd.Flags().StringVar(&cfg.DefaultUser, "user", "", "default user of commands (default: the agent's own)")
+	cmd.Flags().StringVar(&cfg.Workdir, "workdir", "", "default working directory (default /)")
+	return cmd
+}
