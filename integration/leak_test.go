@@ -59,11 +59,12 @@ func (d *daemon) leftovers() []string {
 			found = append(found, "process "+filepath.Dir(p))
 		}
 	}
-	for _, dir := range []string{filepath.Join(d.run, "sandboxes"), filepath.Join(d.root, "overlay", "active")} {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			found = append(found, "file "+filepath.Join(dir, e.Name()))
-		}
+	// Per-runtime sandbox dirs (<run>/<runtime>/sandboxes/<id>) and
+	// writable layers (<root>/overlay/active/<id>).
+	perBox, _ := filepath.Glob(filepath.Join(d.run, "*", "sandboxes", "*"))
+	active, _ := filepath.Glob(filepath.Join(d.root, "overlay", "active", "*"))
+	for _, f := range append(perBox, active...) {
+		found = append(found, "file "+f)
 	}
 	return found
 }

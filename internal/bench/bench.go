@@ -213,16 +213,13 @@ func rawOCI(ctx context.Context, cfg Config, name, rootfs string) ([]time.Durati
 	if err := os.MkdirAll(bundle, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.Symlink(rootfs, filepath.Join(bundle, "rootfs")); err != nil && !os.IsExist(err) {
-		return nil, err
-	}
 	gen := exec.CommandContext(ctx, bin, "spec")
 	gen.Dir = bundle
 	_ = os.Remove(filepath.Join(bundle, "config.json"))
 	if out, err := gen.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%s spec: %w: %s", name, err, out)
 	}
-	if err := patchSpec(filepath.Join(bundle, "config.json")); err != nil {
+	if err := patchSpec(filepath.Join(bundle, "config.json"), rootfs); err != nil {
 		return nil, err
 	}
 	rt, err := oci.New(oci.Config{
@@ -248,8 +245,9 @@ func rawOCI(ctx context.Context, cfg Config, name, rootfs string) ([]time.Durati
 	return s, nil
 }
 
-// patchSpec makes the default spec run /bin/true without a terminal.
-func patchSpec(p string) error {
+// patchSpec makes the default spec run /bin/true without a terminal on the
+// root file system at rootfs (an absolute path: runc refuses symlinks).
+func patchSpec(p, rootfs string) error {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return err
@@ -264,6 +262,7 @@ func patchSpec(p string) error {
 	}
 	proc["terminal"] = false
 	proc["args"] = []string{"/bin/true"}
+	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
 	b, err = json.Marshal(spec)
 	if err != nil {
 		return err

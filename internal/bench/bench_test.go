@@ -33,7 +33,7 @@ func TestSummarize(t *testing.T) {
 func TestPatchSpec(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "config.json")
 	os.WriteFile(p, []byte(`{"ociVersion":"1.0.2","process":{"terminal":true,"args":["sh"],"cwd":"/"},"root":{"path":"rootfs"}}`), 0o644)
-	if err := patchSpec(p); err != nil {
+	if err := patchSpec(p, "/abs/rootfs"); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(p)
@@ -48,10 +48,10 @@ func TestPatchSpec(t *testing.T) {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		t.Fatal(err)
 	}
-	if spec.Process.Terminal || len(spec.Process.Args) != 1 || spec.Process.Args[0] != "/bin/true" || spec.Process.Cwd != "/" || spec.Root.Path != "rootfs" {
+	if spec.Process.Terminal || len(spec.Process.Args) != 1 || spec.Process.Args[0] != "/bin/true" || spec.Process.Cwd != "/" || spec.Root.Path != "/abs/rootfs" {
 		t.Errorf("patchSpec result = %s", b)
 	}
-	if err := patchSpec(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+	if err := patchSpec(filepath.Join(t.TempDir(), "missing.json"), "/r"); err == nil {
 		t.Errorf("patchSpec of a missing file succeeded")
 	}
 }

@@ -163,9 +163,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 		cleanup.Do(ctx, func(c context.Context) { tctx = c; cu.Clean() })
 	}()
 
+	// phases times each step for the "sandbox created" log line.
+	phases := make([]any, 0, 12)
+	last := time.Now()
+	phase := func(name string) {
+		now := time.Now()
+		phases = append(phases, name, now.Sub(last).Round(time.Microsecond))
+		last = now
+	}
 	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
 		return Record{}, fmt.Errorf("record sandbox %s: %w", id, err)
 	}
+	phase("record")
 	cu.Add(func() {
 		if err := m.cfg.Store.DeleteSandbox(tctx, id); err != nil {
 			log.G(tctx).Error("rollback: delete record", "error", err)
@@ -183,6 +192,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 	if err != nil {
 		return Record{}, fmt.Errorf("prepare root file system: %w", err)
 	}
+	phase("prepare")
 	spec := p.spec
 	spec.Rootfs = mounts
 	spec.Hostname = cmp.Or(rec.Name, id)
@@ -195,15 +205,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 	if err := rt.Create(lctx, id, &spec); err != nil {
 		return Record{}, fmt.Errorf("create sandbox: %w", err)
 	}
+	phase("create")
 	if err := rt.Start(lctx, id); err != nil {
 		return Record{}, fmt.Errorf("start sandbox: %w", err)
 	}
+	phase("start")
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	err = m.cfg.AgentReady(rctx, rec.AgentAddr)
 	cancel()
 	if err != nil {
 		return Record{}, fmt.Errorf("wait for agent: %w", err)
 	}
+	phase("agent_ready")
 
 	rec.State = StateRunning
 	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
@@ -214,7 +227,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 	b.rec = rec
 	m.mu.Unlock()
 	m.arm(ctx, b)
-	log.G(ctx).Info("sandbox created", "image", rec.Image, "runtime", rec.Runtime)
+	phase("commit")
+	log.G(ctx).Info("sandbox created", append([]any{"image", rec.Image, "runtime", rec.Runtime}, phases...)...)
 	return rec, nil
 }
 

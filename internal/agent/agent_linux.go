@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/api/gen/filesystem/filesystemconnect"
+	"github.com/corral-sandbox/corral/api/gen/process/processconnect"
+	"github.com/corral-sandbox/corral/internal/log"
+)
+
+// Server is the agent's HTTP server: Connect services plus REST endpoints.
+type Server struct {
+	cfg     Config
+	proc    *processService
+	fs      *fsService
+	metrics *metricsState
+	handler http.Handler
+}
+
+// New builds a Server. ctx is the agent's lifetime: commands run under it.
+// It starts the process-wide reaper (and becomes a child subreaper when not
+// PID 1).
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	r, err := getReaper()
+	if err != nil {
+		return nil, fmt.Errorf("start reaper: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		proc:    newProcessService(ctx, cfg, r),
+		fs:      newFSService(cfg),
+		metrics: &metricsState{cg: cgroupMem{root: cfg.CgroupPath}},
+	}
+	mux := http.NewServeMux()
+	mux.Handle(processconnect.NewProcessHandler(s.proc))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(s.fs))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /metrics", s.metrics.serve)
+	mux.HandleFunc("GET /files", s.getFiles)
+	mux.HandleFunc("POST /files", s.postFiles)
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the agent's routes.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves HTTP/1.1 and h2c on ln until ctx ends, then stops the
+// commands (SIGTERM, then SIGKILL after StopGrace).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           s.handler,
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	select {
+	case err := <-errCh:
+		s.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.Close()
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		srv.Close()
+	}
+	<-errCh
+	return nil
+}
+
+// Close stops every command the agent started and waits for them.
+func (s *Server) Close() {
+	s.proc.shutdown(s.cfg.StopGrace)
+	s.fs.closeWatchers()
+}
+
+// Listen opens the listener described by cfg: Listen if set, else ListenFD.
+func Listen(cfg Config) (net.Listener, error) {
+	switch {
+	case strings.HasPrefix(cfg.Listen, "unix://"):
+		p := strings.TrimPrefix(cfg.Listen, "unix://")
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+		return net.Listen("unix", p)
+	case strings.HasPrefix(cfg.Listen, "tcp://"):
+		return net.Listen("tcp", strings.TrimPrefix(cfg.Listen, "tcp://"))
+	case cfg.Listen != "":
+		return nil, fmt.Errorf("listen address %q: want unix:// or tcp://: %w", cfg.Listen, errInvalidArgument)
+	case cfg.ListenFD > 0:
+		f := os.NewFile(uintptr(cfg.ListenFD), "agent-listener")
+		if f == nil {
+			return nil, fmt.Errorf("listen fd %d: %w", cfg.ListenFD, errInvalidArgument)
+		}
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("listen fd %d: %w", cfg.ListenFD, err)
+		}
+		return ln, nil
+	}
+	return nil, fmt.Errorf("no listen address or fd: %w", errInvalidArgument)
+}
+
+// Run is the agent's entry point (`corral agent`): it serves until ctx ends
+// or SIGTERM/SIGINT arrives, then signals every child and returns.
+func Run(ctx context.Context, cfg Config) error {
+	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	defer stop()
+	s, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := Listen(cfg)
+	if err != nil {
+		return err
+	}
+	log.G(ctx).Info("agent listening", "addr", ln.Addr().String(), "pid", os.Getpid())
+	err = s.Serve(ctx, ln)
+	if os.Getpid() == 1 {
+		// As PID 1 of the box, also stop what the commands left behind.
+		_ = unix.Kill(-1, unix.SIGKILL)
+	}
+	return err
+}

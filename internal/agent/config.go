@@ -1,0 +1,61 @@
+package agent
+
+import "time"
+
+// Config is the agent's configuration. It has no config file: cmd/corral
+// fills it from flags and the environment set by the runtime backend.
+//
+// To add a field: document it here, give it a default in withDefaults, and
+// wire a flag in cmd/corral.
+type Config struct {
+	// ListenFD is an inherited, already listening socket (the runtime passes
+	// fd 3). Used when > 0 and Listen is empty.
+	ListenFD int
+	// Listen is an address to listen on instead: "unix:///path/agent.sock"
+	// or "tcp://127.0.0.1:0" (tests).
+	Listen string
+	// CgroupPath is where the box's own cgroup is mounted (default
+	// /sys/fs/cgroup); used for OOM detection and memory metrics.
+	CgroupPath string
+	// PasswdPath and GroupPath are the user databases (default /etc/passwd
+	// and /etc/group of the box).
+	PasswdPath string
+	GroupPath  string
+	// DefaultUser runs commands and resolves relative paths when a request
+	// names no user. Empty means the agent's own user.
+	DefaultUser string
+	// Workdir is the default working directory when the user has no home
+	// directory (default "/").
+	Workdir string
+	// Env is the default environment of commands ("K=V"). Nil means the
+	// agent's own environment minus CORRAL_* variables.
+	Env []string
+	// ExitGrace bounds how long output of an exited command is still read
+	// while a background child keeps its pipes open (default 100ms).
+	ExitGrace time.Duration
+	// StopGrace is how long children get after SIGTERM before SIGKILL when
+	// the agent stops (default 2s).
+	StopGrace time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.CgroupPath == "" {
+		c.CgroupPath = "/sys/fs/cgroup"
+	}
+	if c.PasswdPath == "" {
+		c.PasswdPath = "/etc/passwd"
+	}
+	if c.GroupPath == "" {
+		c.GroupPath = "/etc/group"
+	}
+	if c.Workdir == "" {
+		c.Workdir = "/"
+	}
+	if c.ExitGrace == 0 {
+		c.ExitGrace = 100 * time.Millisecond
+	}
+	if c.StopGrace == 0 {
+		c.StopGrace = 2 * time.Second
+	}
+	return c
+}

@@ -1,0 +1,365 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/corral-sandbox/corral/api/gen/filesystem"
+	"github.com/corral-sandbox/corral/api/gen/filesystem/filesystemconnect"
+)
+
+// fsService implements filesystem.Filesystem over the box's own file system.
+type fsService struct {
+	cfg Config
+
+	mu sync.Mutex
+	// watchers are the polling watchers by id.
+	// guarded by mu
+	watchers map[string]*watcher
+	// guarded by mu
+	nextID uint64
+}
+
+var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
+
+func newFSService(cfg Config) *fsService {
+	return &fsService{cfg: cfg, watchers: make(map[string]*watcher)}
+}
+
+// reqUser resolves the request's user (E2B Authorization header).
+func (s *fsService) reqUser(h interface{ Get(string) string }) (*account, error) {
+	name := ""
+	if a := h.Get("Authorization"); a != "" {
+		name = userFromHeader(map[string][]string{"Authorization": {a}})
+	}
+	acc, _, err := resolveUser(s.cfg, name)
+	return acc, err
+}
+
+// chownTo gives p to acc when the agent runs as root and acc is another user.
+func chownTo(p string, acc *account) error {
+	if acc == nil || os.Geteuid() != 0 || (acc.UID == 0 && acc.GID == 0) {
+		return nil
+	}
+	return unix.Lchown(p, int(acc.UID), int(acc.GID))
+}
+
+// mkdirAllAs creates p and missing parents, owned by acc.
+func mkdirAllAs(p string, acc *account) error {
+	if st, err := os.Lstat(p); err == nil {
+		if st.IsDir() {
+			return nil
+		}
+		return fmt.Errorf("%s: not a directory: %w", p, errInvalidArgument)
+	}
+	if parent := path.Dir(p); parent != p {
+		if err := mkdirAllAs(parent, acc); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mkdir(p, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("mkdir %s: %w", p, err)
+	}
+	return chownTo(p, acc)
+}
+
+func (s *fsService) entryInfo(p string) (*pb.EntryInfo, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", p, err)
+	}
+	return s.entryFromStat(p, &st), nil
+}
+
+func fileMode(st *unix.Stat_t) fs.FileMode {
+	m := fs.FileMode(st.Mode & 0o777)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	}
+	if st.Mode&unix.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if st.Mode&unix.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if st.Mode&unix.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
+
+func (s *fsService) entryFromStat(p string, st *unix.Stat_t) *pb.EntryInfo {
+	m := fileMode(st)
+	e := &pb.EntryInfo{
+		Name:         path.Base(p),
+		Path:         p,
+		Size:         st.Size,
+		Mode:         uint32(m),
+		Permissions:  m.String(),
+		Owner:        lookupName(s.cfg.PasswdPath, st.Uid),
+		Group:        lookupName(s.cfg.GroupPath, st.Gid),
+		ModifiedTime: timestamppb.New(timeOf(st.Mtim)),
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		e.Type = pb.FileType_FILE_TYPE_DIRECTORY
+	case unix.S_IFLNK:
+		e.Type = pb.FileType_FILE_TYPE_SYMLINK
+		if t, err := os.Readlink(p); err == nil {
+			e.SymlinkTarget = &t
+		}
+	case unix.S_IFREG:
+		e.Type = pb.FileType_FILE_TYPE_FILE
+	default:
+		e.Type = pb.FileType_FILE_TYPE_UNSPECIFIED
+	}
+	return e
+}
+
+func (s *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	e, err := s.entryInfo(resolvePath(acc.Home, req.Msg.GetPath()))
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
+}
+
+func (s *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	p := resolvePath(acc.Home, req.Msg.GetPath())
+	if st, err := os.Lstat(p); err == nil {
+		if st.IsDir() {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s already exists", p))
+		}
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s exists and is not a directory", p))
+	}
+	if err := mkdirAllAs(p, acc); err != nil {
+		return nil, connectErr(err)
+	}
+	e, err := s.entryInfo(p)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
+}
+
+func (s *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	src := resolvePath(acc.Home, req.Msg.GetSource())
+	dst := resolvePath(acc.Home, req.Msg.GetDestination())
+	if err := mkdirAllAs(path.Dir(dst), acc); err != nil {
+		return nil, connectErr(err)
+	}
+	if err := unix.Rename(src, dst); err != nil {
+		return nil, connectErr(fmt.Errorf("rename %s to %s: %w", src, dst, err))
+	}
+	e, err := s.entryInfo(dst)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
+}
+
+func (s *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	p := resolvePath(acc.Home, req.Msg.GetPath())
+	depth := int(req.Msg.GetDepth())
+	if depth <= 0 {
+		depth = 1
+	}
+	// Listing a symlink to a directory lists the directory.
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return nil, connectErr(fmt.Errorf("stat %s: %w", p, err))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", p))
+	}
+	out := &pb.ListDirResponse{}
+	var walk func(dir string, level int) error
+	walk = func(dir string, level int) error {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("read dir %s: %w", dir, err)
+		}
+		for _, de := range ents {
+			child := path.Join(dir, de.Name())
+			var cst unix.Stat_t
+			if err := unix.Lstat(child, &cst); err != nil {
+				continue // raced with a removal
+			}
+			out.Entries = append(out.Entries, s.entryFromStat(child, &cst))
+			if level < depth && cst.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := walk(child, level+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(p, 1); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *fsService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	p := resolvePath(acc.Home, req.Msg.GetPath())
+	if p == "/" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
+	}
+	if _, err := os.Lstat(p); err != nil {
+		return nil, connectErr(err)
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.RemoveResponse{}), nil
+}
+
+func (s *fsService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return connectErr(err)
+	}
+	w, err := newWatcher(s, resolvePath(acc.Home, req.Msg.GetPath()), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	if err != nil {
+		return connectErr(err)
+	}
+	defer w.close()
+	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	tick := newKeepalive()
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-w.notify:
+			for _, ev := range w.drain() {
+				if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+					return err
+				}
+			}
+			if err := w.error(); err != nil {
+				return connectErr(err)
+			}
+		}
+	}
+}
+
+func (s *fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
+	acc, err := s.reqUser(req.Header())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	w, err := newWatcher(s, resolvePath(acc.Home, req.Msg.GetPath()), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	s.mu.Lock()
+	s.nextID++
+	id := fmt.Sprintf("w%d", s.nextID)
+	s.watchers[id] = w
+	s.mu.Unlock()
+	return connect.NewResponse(&pb.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+func (s *fsService) watcher(id string) (*watcher, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.watchers[id]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", id))
+	}
+	return w, nil
+}
+
+func (s *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
+	w, err := s.watcher(req.Msg.GetWatcherId())
+	if err != nil {
+		return nil, err
+	}
+	evs := w.drain()
+	if len(evs) == 0 {
+		if err := w.error(); err != nil {
+			return nil, connectErr(err)
+		}
+	}
+	return connect.NewResponse(&pb.GetWatcherEventsResponse{Events: evs}), nil
+}
+
+func (s *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
+	id := req.Msg.GetWatcherId()
+	s.mu.Lock()
+	w, ok := s.watchers[id]
+	delete(s.watchers, id)
+	s.mu.Unlock()
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", id))
+	}
+	w.close()
+	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
+}
+
+func (s *fsService) closeWatchers() {
+	s.mu.Lock()
+	ws := s.watchers
+	s.watchers = make(map[string]*watcher)
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.close()
+	}
+}
+
+// relName is p relative to the watched root, for FilesystemEvent.name.
+func relName(root, p string) string {
+	r := strings.TrimPrefix(strings.TrimPrefix(p, root), "/")
+	if r == "" {
+		return path.Base(p)
+	}
+	return r
+}

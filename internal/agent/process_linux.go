@@ -1,0 +1,462 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	pb "github.com/corral-sandbox/corral/api/gen/process"
+	"github.com/corral-sandbox/corral/api/gen/process/processconnect"
+	"github.com/corral-sandbox/corral/internal/log"
+)
+
+// keepaliveInterval is how often an idle output stream gets a keepalive
+// event, so proxies do not close it.
+const keepaliveInterval = 30 * time.Second
+
+// processService implements process.Process.
+type processService struct {
+	cfg    Config
+	reaper *reaper
+	base   context.Context // lifetime of the agent, owns the commands
+
+	mu sync.Mutex
+	// procs holds the commands that have not ended yet, by pid.
+	// guarded by mu
+	procs map[int]*proc
+}
+
+var _ processconnect.ProcessHandler = (*processService)(nil)
+
+func newProcessService(ctx context.Context, cfg Config, r *reaper) *processService {
+	return &processService{cfg: cfg, reaper: r, base: ctx, procs: make(map[int]*proc)}
+}
+
+// userFromHeader returns the user an E2B client names in
+// "Authorization: Basic base64(user:)", or "".
+func userFromHeader(h http.Header) string {
+	a := h.Get("Authorization")
+	enc, ok := strings.CutPrefix(a, "Basic ")
+	if !ok {
+		return ""
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return ""
+	}
+	u, _, _ := strings.Cut(string(b), ":")
+	return u
+}
+
+// resolveUser looks up name, the default user, or the agent's own user.
+// It returns a nil credential when no switch is needed.
+func resolveUser(cfg Config, name string) (*account, *syscall.Credential, error) {
+	if name == "" {
+		name = cfg.DefaultUser
+	}
+	if name == "" {
+		name = strconv.Itoa(os.Geteuid())
+	}
+	acc, err := lookupUser(cfg.PasswdPath, cfg.GroupPath, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if int(acc.UID) == os.Geteuid() && int(acc.GID) == os.Getegid() {
+		return acc, nil, nil
+	}
+	return acc, &syscall.Credential{Uid: acc.UID, Gid: acc.GID, Groups: acc.Groups}, nil
+}
+
+// defaultEnv is the agent's environment minus its own CORRAL_* variables.
+func defaultEnv(cfg Config) []string {
+	if cfg.Env != nil {
+		return slices.Clone(cfg.Env)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "CORRAL_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// mergeEnv overlays over on base; later keys win, order is stable.
+func mergeEnv(base []string, over map[string]string) []string {
+	idx := make(map[string]int, len(base))
+	out := make([]string, 0, len(base)+len(over))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	keys := make([]string, 0, len(over))
+	for k := range over {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		kv := k + "=" + over[k]
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func envGet(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds name on the command's PATH (not the agent's).
+func lookPath(name, pathEnv, dir string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("empty command: %w", errInvalidArgument)
+	}
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(dir, name)
+		}
+		return name, nil
+	}
+	if pathEnv == "" {
+		pathEnv = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, name)
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q not found in PATH: %w", name, errNotFound)
+}
+
+func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	msg := req.Msg
+	pc := msg.GetProcess()
+	if pc == nil || pc.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
+	}
+	userName := pc.GetUser()
+	if userName == "" {
+		userName = userFromHeader(req.Header())
+	}
+	acc, cred, err := resolveUser(s.cfg, userName)
+	if err != nil {
+		return connectErr(err)
+	}
+	home := acc.Home
+	if st, err := os.Stat(home); err != nil || !st.IsDir() {
+		home = s.cfg.Workdir
+	}
+	env := defaultEnv(s.cfg)
+	env = mergeEnv(env, map[string]string{"HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name})
+	if envGet(env, "PATH") == "" {
+		env = mergeEnv(env, map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+	}
+	env = mergeEnv(env, pc.GetEnvs())
+	dir := home
+	if pc.Cwd != nil && pc.GetCwd() != "" {
+		dir = resolvePath(home, pc.GetCwd())
+	}
+	path, err := lookPath(pc.GetCmd(), envGet(env, "PATH"), dir)
+	if err != nil {
+		return connectErr(err)
+	}
+	var timeout time.Duration
+	for _, ms := range []uint64{pc.GetTimeoutMs(), msg.GetTimeoutMs()} {
+		if d := time.Duration(ms) * time.Millisecond; ms > 0 && (timeout == 0 || d < timeout) {
+			timeout = d
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); timeout == 0 || d < timeout {
+			timeout = max(d, time.Millisecond)
+		}
+	}
+	sp := startSpec{
+		argv:    append([]string{pc.GetCmd()}, pc.GetArgs()...),
+		path:    path,
+		env:     env,
+		dir:     dir,
+		cred:    cred,
+		stdin:   msg.Stdin == nil || msg.GetStdin(),
+		timeout: timeout,
+		tag:     msg.GetTag(),
+		config:  pc,
+		cgroup:  cgroupMem{root: s.cfg.CgroupPath},
+		grace:   s.cfg.ExitGrace,
+	}
+	if msg.Pty != nil {
+		sp.pty = msg.GetPty().GetSize()
+		if sp.pty == nil {
+			sp.pty = &pb.PTY_Size{Cols: 80, Rows: 24}
+		}
+		if envGet(env, "TERM") == "" {
+			sp.env = append(sp.env, "TERM=xterm-256color")
+		}
+	}
+	sp.onFinish = func(p *proc) {
+		s.mu.Lock()
+		delete(s.procs, p.pid)
+		s.mu.Unlock()
+	}
+
+	// The tag check and the registration happen under one lock so two
+	// Starts cannot take the same tag.
+	s.mu.Lock()
+	if sp.tag != "" {
+		for _, p := range s.procs {
+			if p.tag == sp.tag {
+				s.mu.Unlock()
+				return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag %q is in use by pid %d", sp.tag, p.pid))
+			}
+		}
+	}
+	// The command outlives this request: it runs under the agent's context.
+	p, sub, err := startProc(s.base, s.reaper, sp)
+	if err != nil {
+		s.mu.Unlock()
+		return connectErr(err)
+	}
+	s.procs[p.pid] = p
+	s.mu.Unlock()
+	log.G(ctx).Debug("process started", "pid", p.pid, "cmd", pc.GetCmd(), "tag", sp.tag, "pty", sp.pty != nil)
+
+	return streamEvents(ctx, p, sub, func(ev *pb.ProcessEvent) error {
+		return stream.Send(&pb.StartResponse{Event: ev})
+	})
+}
+
+// streamEvents sends the start event and then every event of sub until the
+// end event or until the client goes away (the command keeps running).
+func streamEvents(ctx context.Context, p *proc, sub *subscriber, send func(*pb.ProcessEvent) error) error {
+	defer p.unsubscribe(sub)
+	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}); err != nil {
+		return err
+	}
+	tick := time.NewTicker(keepaliveInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case ev, ok := <-sub.ch:
+			if !ok {
+				return nil
+			}
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *processService) find(sel *pb.ProcessSelector) (*proc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch x := sel.GetSelector().(type) {
+	case *pb.ProcessSelector_Pid:
+		if p, ok := s.procs[int(x.Pid)]; ok {
+			return p, nil
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", x.Pid))
+	case *pb.ProcessSelector_Tag:
+		for _, p := range s.procs {
+			if p.tag == x.Tag {
+				return p, nil
+			}
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", x.Tag))
+	}
+	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector is required"))
+}
+
+func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+	p, err := s.find(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	sub, err := p.subscribe()
+	if err != nil {
+		return connectErr(err)
+	}
+	return streamEvents(ctx, p, sub, func(ev *pb.ProcessEvent) error {
+		return stream.Send(&pb.ConnectResponse{Event: ev})
+	})
+}
+
+func (s *processService) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &pb.ListResponse{}
+	for _, p := range s.procs {
+		info := &pb.ProcessInfo{Config: p.config, Pid: uint32(p.pid)}
+		if p.tag != "" {
+			info.Tag = &p.tag
+		}
+		out.Processes = append(out.Processes, info)
+	}
+	slices.SortFunc(out.Processes, func(a, b *pb.ProcessInfo) int { return int(a.Pid) - int(b.Pid) })
+	return connect.NewResponse(out), nil
+}
+
+func (s *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	p, err := s.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if size := req.Msg.GetPty().GetSize(); size != nil {
+		if err := p.resize(size); err != nil {
+			return nil, connectErr(err)
+		}
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}
+
+func inputBytes(in *pb.ProcessInput) []byte {
+	switch x := in.GetInput().(type) {
+	case *pb.ProcessInput_Stdin:
+		return x.Stdin
+	case *pb.ProcessInput_Pty:
+		return x.Pty
+	}
+	return nil
+}
+
+func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	p, err := s.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.writeInput(inputBytes(req.Msg.GetInput())); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.SendInputResponse{}), nil
+}
+
+func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	var p *proc
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *pb.StreamInputRequest_Start:
+			found, err := s.find(ev.Start.GetProcess())
+			if err != nil {
+				return nil, err
+			}
+			p = found
+		case *pb.StreamInputRequest_Data:
+			if p == nil {
+				return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("first message must select the process"))
+			}
+			if err := p.writeInput(inputBytes(ev.Data.GetInput())); err != nil {
+				return nil, connectErr(err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	p, err := s.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	var sig unix.Signal
+	switch req.Msg.GetSignal() {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig = unix.SIGKILL
+	case pb.Signal_SIGNAL_SIGTERM:
+		sig = unix.SIGTERM
+	default:
+		// Any other Linux signal number is accepted too.
+		n := int(req.Msg.GetSignal())
+		if n <= 0 || n >= 65 {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal %d", n))
+		}
+		sig = unix.Signal(n)
+	}
+	if err := p.signal(sig); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	p, err := s.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.closeStdin(); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// stopAll signals every command's group with sig.
+func (s *processService) stopAll(sig unix.Signal) []*proc {
+	s.mu.Lock()
+	ps := make([]*proc, 0, len(s.procs))
+	for _, p := range s.procs {
+		ps = append(ps, p)
+	}
+	s.mu.Unlock()
+	for _, p := range ps {
+		_ = p.signal(sig)
+	}
+	return ps
+}
+
+// shutdown sends SIGTERM to every command, waits up to grace, then SIGKILLs
+// what is left and waits for the end events.
+func (s *processService) shutdown(grace time.Duration) {
+	ps := s.stopAll(unix.SIGTERM)
+	deadline := time.After(grace)
+	for _, p := range ps {
+		select {
+		case <-p.endedCh:
+		case <-deadline:
+			s.stopAll(unix.SIGKILL)
+		}
+	}
+	for _, p := range ps {
+		<-p.endedCh
+	}
+}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper is the one place that calls wait4 in this process. Everything the
+// agent forks is started through reaper.start, which registers the pid before
+// the reaper can dispatch its exit, so no exit is ever lost or stolen.
+// Orphans re-parented to the agent (PID 1 or subreaper) are reaped silently.
+type reaper struct {
+	mu sync.Mutex
+	// waiters maps a pid to the channel that receives its wait status.
+	// guarded by mu
+	waiters map[int]chan unix.WaitStatus
+}
+
+var (
+	theReaper     *reaper
+	theReaperOnce sync.Once
+	theReaperErr  error
+)
+
+// getReaper starts the process-wide reaper once. When the agent is not PID 1
+// (tests, debugging) it makes this process a child subreaper so that
+// grandchildren still come back to it.
+func getReaper() (*reaper, error) {
+	theReaperOnce.Do(func() {
+		if os.Getpid() != 1 {
+			if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+				theReaperErr = err
+				return
+			}
+		}
+		r := &reaper{waiters: make(map[int]chan unix.WaitStatus)}
+		ch := make(chan os.Signal, 16)
+		signal.Notify(ch, unix.SIGCHLD)
+		// The reaper lives as long as the process: it is PID 1's duty.
+		go func() {
+			for range ch {
+				r.reapAll()
+			}
+		}()
+		r.reapAll()
+		theReaper = r
+	})
+	return theReaper, theReaperErr
+}
+
+// start runs fn (which forks) with the dispatch lock held and registers the
+// returned pid, so an exit reaped in between waits for the registration.
+func (r *reaper) start(fn func() (int, error)) (int, <-chan unix.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := fn()
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	r.waiters[pid] = ch
+	return pid, ch, nil
+}
+
+func (r *reaper) reapAll() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		r.mu.Lock()
+		ch, ok := r.waiters[pid]
+		delete(r.waiters, pid)
+		r.mu.Unlock()
+		if ok {
+			ch <- ws
+		}
+	}
+}

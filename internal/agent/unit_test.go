@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestResolvePath(t *testing.T) {
+	tests := []struct{ home, in, want string }{
+		{"/home/user", "file", "/home/user/file"},
+		{"/home/user", "~", "/home/user"},
+		{"/home/user", "~/a/b", "/home/user/a/b"},
+		{"/home/user", "/etc/passwd", "/etc/passwd"},
+		{"/home/user", "../../../../x", "/x"},
+		{"/home/user", "", "/home/user"},
+		{"", "x", "/x"},
+		{"relative", "x", "/x"},
+	}
+	for _, tc := range tests {
+		if got := resolvePath(tc.home, tc.in); got != tc.want {
+			t.Errorf("resolvePath(%q, %q) = %q; want %q", tc.home, tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzResolvePath(f *testing.F) {
+	for _, s := range []string{"", "a", "../..", "~", "~/x", "/a/../b", "//x", "a\x00b"} {
+		f.Add("/home/u", s)
+	}
+	f.Fuzz(func(t *testing.T, home, p string) {
+		got := resolvePath(home, p)
+		if !strings.HasPrefix(got, "/") || filepath.Clean(got) != got {
+			t.Fatalf("resolvePath(%q, %q) = %q; want an absolute clean path", home, p, got)
+		}
+		if strings.HasPrefix(home, "/") && filepath.IsLocal(p) && !strings.HasPrefix(p, "~") {
+			h := filepath.Clean(home)
+			if got != h && !strings.HasPrefix(got, strings.TrimSuffix(h, "/")+"/") {
+				t.Fatalf("resolvePath(%q, %q) = %q; want it under home", home, p, got)
+			}
+		}
+	})
+}
+
+func TestOOMCounters(t *testing.T) {
+	tests := []struct {
+		name    string
+		files   map[string]string
+		kills   uint64
+		known   bool
+		wantErr string
+	}{
+		{
+			name:  "v2",
+			files: map[string]string{"memory.events": "low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\n", "memory.max": "268435456\n"},
+			kills: 2, known: true, wantErr: "killed: out of memory (memory limit 256 MiB)",
+		},
+		{
+			name: "v1",
+			files: map[string]string{
+				"memory/memory.oom_control":    "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n",
+				"memory/memory.limit_in_bytes": "1610612736\n",
+			},
+			kills: 5, known: true, wantErr: "killed: out of memory (memory limit 1.5 GiB)",
+		},
+		{
+			name:    "v2 unlimited",
+			files:   map[string]string{"memory.events": "oom_kill 0\n", "memory.max": "max\n"},
+			known:   true,
+			wantErr: "killed: out of memory",
+		},
+		{
+			name:    "v1 old kernel without oom_kill",
+			files:   map[string]string{"memory/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory/memory.limit_in_bytes": "9223372036854771712\n"},
+			wantErr: "killed: out of memory",
+		},
+		{name: "nothing", wantErr: "killed: out of memory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for n, c := range tc.files {
+				os.MkdirAll(filepath.Dir(filepath.Join(dir, n)), 0o755)
+				mustWriteU(t, filepath.Join(dir, n), c)
+			}
+			cg := cgroupMem{root: dir}
+			if n, ok := cg.oomKills(); n != tc.kills || ok != tc.known {
+				t.Errorf("oomKills() = %d, %v; want %d, %v", n, ok, tc.kills, tc.known)
+			}
+			if got := cg.oomError(); got != tc.wantErr {
+				t.Errorf("oomError() = %q; want %q", got, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHumanSize(t *testing.T) {
+	tests := []struct {
+		in   uint64
+		want string
+	}{
+		{512, "512 B"}, {1024, "1 KiB"}, {512 << 20, "512 MiB"}, {3 << 29, "1.5 GiB"}, {2 << 40, "2 TiB"},
+	}
+	for _, tc := range tests {
+		if got := humanSize(tc.in); got != tc.want {
+			t.Errorf("humanSize(%d) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestParsePasswd(t *testing.T) {
+	const passwd = "root:x:0:0:root:/root:/bin/sh\n# comment\nbroken\nuser:x:1000:1001::/home/user:/bin/bash\nnohome:x:7:7:::/bin/sh\n"
+	tests := []struct {
+		name     string
+		wantUID  uint32
+		wantHome string
+		found    bool
+	}{
+		{"root", 0, "/root", true},
+		{"user", 1000, "/home/user", true},
+		{"1000", 1000, "/home/user", true},
+		{"nohome", 7, "/", true},
+		{"ghost", 0, "", false},
+	}
+	for _, tc := range tests {
+		acc, err := parsePasswd(strings.NewReader(passwd), tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (acc != nil) != tc.found || (acc != nil && (acc.UID != tc.wantUID || acc.Home != tc.wantHome)) {
+			t.Errorf("parsePasswd(%q) = %+v; want uid %d home %q found %v", tc.name, acc, tc.wantUID, tc.wantHome, tc.found)
+		}
+	}
+	if got := parseGroups(strings.NewReader("a:x:5:user,other\nb:x:6:other\nc:x:1001:user\n"), "user", 1001); len(got) != 2 || got[1] != 5 {
+		t.Errorf("parseGroups() = %v; want [1001 5]", got)
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	got := mergeEnv([]string{"A=1", "B=2", "A=3"}, map[string]string{"B": "x", "C": "y"})
+	want := "A=3 B=x C=y"
+	if strings.Join(got, " ") != want {
+		t.Errorf("mergeEnv() = %v; want %s", got, want)
+	}
+}
+
+func mustWriteU(t testing.TB, p, data string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

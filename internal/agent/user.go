@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// account is one user of the box, read from its /etc/passwd.
+type account struct {
+	Name   string
+	UID    uint32
+	GID    uint32
+	Home   string
+	Groups []uint32 // supplementary groups from /etc/group
+}
+
+// errUnknownUser is returned by lookupUser for a name absent from passwd.
+var errUnknownUser = fmt.Errorf("unknown user: %w", errNotFound)
+
+// lookupUser finds name (a user name or a numeric uid) in the passwd file.
+// A numeric uid absent from the file is accepted with gid = uid and home "/".
+func lookupUser(passwdPath, groupPath, name string) (*account, error) {
+	f, err := os.Open(passwdPath)
+	if err != nil && !isNotExist(err) {
+		return nil, fmt.Errorf("open passwd: %w", err)
+	}
+	var acc *account
+	if f != nil {
+		acc, err = parsePasswd(io.LimitReader(f, 16<<20), name)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if acc == nil {
+		uid, err := strconv.ParseUint(name, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", name, errUnknownUser)
+		}
+		acc = &account{Name: name, UID: uint32(uid), GID: uint32(uid), Home: "/"}
+	}
+	if g, err := os.Open(groupPath); err == nil {
+		acc.Groups = parseGroups(io.LimitReader(g, 16<<20), acc.Name, acc.GID)
+		g.Close()
+	}
+	return acc, nil
+}
+
+// parsePasswd returns the entry whose name or uid equals name, or nil.
+func parsePasswd(r io.Reader, name string) (*account, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// name:password:uid:gid:gecos:home:shell
+		f := strings.Split(line, ":")
+		if len(f) < 7 {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(f[2], 10, 32)
+		gid, err2 := strconv.ParseUint(f[3], 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if f[0] == name || f[2] == name {
+			home := f[5]
+			if home == "" || home[0] != '/' {
+				home = "/"
+			}
+			return &account{Name: f[0], UID: uint32(uid), GID: uint32(gid), Home: home}, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read passwd: %w", err)
+	}
+	return nil, nil
+}
+
+// parseGroups returns the gids of the groups that list user as a member,
+// plus primary.
+func parseGroups(r io.Reader, user string, primary uint32) []uint32 {
+	gids := []uint32{primary}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		// name:password:gid:member,member
+		f := strings.Split(sc.Text(), ":")
+		if len(f) < 4 {
+			continue
+		}
+		gid, err := strconv.ParseUint(f[2], 10, 32)
+		if err != nil || uint32(gid) == primary {
+			continue
+		}
+		for _, m := range strings.Split(f[3], ",") {
+			if m == user {
+				gids = append(gids, uint32(gid))
+				break
+			}
+		}
+	}
+	return gids
+}
+
+// lookupName maps an id to a name in a passwd or group file (the first field
+// whose third field is id); it returns the number when not found.
+func lookupName(path string, id uint32) string {
+	want := strconv.FormatUint(uint64(id), 10)
+	f, err := os.Open(path)
+	if err != nil {
+		return want
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 16<<20))
+	for sc.Scan() {
+		fs := strings.SplitN(sc.Text(), ":", 4)
+		if len(fs) >= 3 && fs[2] == want {
+			return fs[0]
+		}
+	}
+	return want
+}
