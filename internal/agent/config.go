@@ -24,8 +24,9 @@ type Config struct {
 	// DefaultUser runs commands and resolves relative paths when a request
 	// names no user. Empty means the agent's own user.
 	DefaultUser string
-	// Workdir is the default working directory when the user has no home
-	// directory (default "/").
+	// Workdir is the default working directory of commands (the sandbox's
+	// --workdir). Empty means the user's home directory, or "/" when the
+	// user has none.
 	Workdir string
 	// Env is the default environment of commands ("K=V"). Nil means the
 	// agent's own environment minus CORRAL_* variables.
@@ -47,9 +48,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GroupPath == "" {
 		c.GroupPath = "/etc/group"
-	}
-	if c.Workdir == "" {
-		c.Workdir = "/"
 	}
 	if c.ExitGrace == 0 {
 		c.ExitGrace = 100 * time.Millisecond

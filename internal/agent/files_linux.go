@@ -82,8 +82,14 @@ func (s *Server) getFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Query().Get("format") == "tar" {
-		if err := writeTar(w, p); err != nil {
-			// Headers may be gone already; a cut stream is the signal then.
+		root, only, err := openTarSource(p)
+		if err != nil {
+			httpError(w, r, err)
+			return
+		}
+		defer root.Close()
+		if err := writeTar(w, root, only); err != nil {
+			// The headers are gone already; a cut stream is the signal.
 			log.G(r.Context()).Debug("tar download", "path", p, "error", err)
 		}
 		return
@@ -221,22 +227,33 @@ func writeFile(p string, src io.Reader, acc *account) error {
 	return f.Close()
 }
 
-// writeTar streams a tar of p (a directory, or a single file) to w. Symlinks
-// are stored as links, never followed; devices, fifos and sockets are skipped.
-func writeTar(w http.ResponseWriter, p string) error {
+// openTarSource opens what a tar download of p covers: the directory p
+// itself (only == ""), or p's parent with only naming the regular file p.
+// Anything else (fifo, device, socket) is refused before a byte is sent.
+func openTarSource(p string) (root *os.Root, only string, err error) {
 	var st unix.Stat_t
 	if err := unix.Stat(p, &st); err != nil {
-		return fmt.Errorf("stat %s: %w", p, err)
+		return nil, "", fmt.Errorf("stat %s: %w", p, err)
 	}
-	dir, only := p, ""
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	dir := p
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFREG:
 		dir, only = path.Dir(p), path.Base(p)
+	default: // a fifo, device or socket: refuse rather than copy nothing
+		return nil, "", fmt.Errorf("%s is not a regular file or directory: %w", p, errInvalidArgument)
 	}
-	root, err := os.OpenRoot(dir)
+	root, err = os.OpenRoot(dir)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
+		return nil, "", fmt.Errorf("open %s: %w", dir, err)
 	}
-	defer root.Close()
+	return root, only, nil
+}
+
+// writeTar streams a tar of root (or of its entry only) to w. Symlinks are
+// stored as links, never followed; devices, fifos and sockets are skipped.
+func writeTar(w http.ResponseWriter, root *os.Root, only string) error {
+	var err error
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
 	tw := tar.NewWriter(w)

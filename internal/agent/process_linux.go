@@ -175,9 +175,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return connectErr(err)
 	}
-	home := acc.Home
-	if st, err := os.Stat(home); err != nil || !st.IsDir() {
-		home = s.cfg.Workdir
+	home := s.cfg.Workdir
+	if home == "" {
+		home = acc.Home
+		if st, err := os.Stat(home); err != nil || !st.IsDir() {
+			home = "/"
+		}
 	}
 	env := defaultEnv(s.cfg)
 	env = mergeEnv(env, map[string]string{"HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name})

@@ -80,6 +80,6 @@ tests with --listen.`,
 	cmd.Flags().IntVar(&cfg.ListenFD, "listen-fd", 0, "inherited listening socket (the runtime passes 3)")
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "", "address to listen on instead: unix:///path or tcp://127.0.0.1:0")
 	cmd.Flags().StringVar(&cfg.DefaultUser, "user", "", "default user of commands (default: the agent's own)")
-	cmd.Flags().StringVar(&cfg.Workdir, "workdir", "", "default working directory (default /)")
+	cmd.Flags().StringVar(&cfg.Workdir, "workdir", "", "default working directory of commands (default: the user's home, else /)")
 	return cmd
 }

@@ -30,7 +30,7 @@ const (
 // Bump these when what a built-in image holds changes: a newer daemon then
 // rebuilds it at start.
 const (
-	hostVersion    = 1
+	hostVersion    = 2
 	busyboxVersion = 1
 )
 
@@ -87,9 +87,8 @@ func (s *Store) builtins() []builtin {
 		// rest of the tree is empty directories owned by the image.
 		name: HostImage, version: hostVersion, build: s.buildHost,
 		image: sandbox.Image{
-			Env:     []string{"PATH=" + defaultPath},
-			Workdir: "/root",
-			Binds:   []sandbox.Bind{{Source: filepath.Join(s.opts.hostRoot, "usr"), Target: "/usr", Readonly: true}},
+			Env:   []string{"PATH=" + defaultPath},
+			Binds: []sandbox.Bind{{Source: filepath.Join(s.opts.hostRoot, "usr"), Target: "/usr", Readonly: true}},
 		},
 	}}
 	if fi, err := os.Stat(s.opts.busybox); err == nil && fi.Mode().IsRegular() {

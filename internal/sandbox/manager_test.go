@@ -51,8 +51,8 @@ func TestCreateDefaults(t *testing.T) {
 	if got, want := strings.Join(b.Spec.Env, " "), "A=1 PATH=/x"; got != want {
 		t.Errorf("spec env = %q; want %q", got, want)
 	}
-	if b.Spec.Hostname != "box1" || b.Spec.Workdir != "/" || b.Spec.User != "root" || len(b.Spec.Rootfs) != 1 {
-		t.Errorf("spec = %+v; want hostname box1, workdir /, user root, one rootfs mount", b.Spec)
+	if b.Spec.Hostname != "box1" || b.Spec.Workdir != "" || b.Spec.User != "root" || len(b.Spec.Rootfs) != 1 {
+		t.Errorf("spec = %+v; want hostname box1, empty workdir, user root, one rootfs mount", b.Spec)
 	}
 	if got := env.Store.IDs(); len(got) != 1 || got[0] != rec.ID {
 		t.Errorf("records = %v; want [%s]", got, rec.ID)

@@ -122,7 +122,8 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	keys := slices.Sorted(maps.Keys(env))
 	spec := Spec{
 		Binds:       slices.Clone(img.Binds),
-		Workdir:     cmp.Or(req.Workdir, img.Workdir, "/"),
+		// An empty Workdir lets each command start in its user's home.
+		Workdir:     cmp.Or(req.Workdir, img.Workdir),
 		User:        cmp.Or(req.User, img.User, "root"),
 		Resources:   res,
 		AgentBinary: m.cfg.AgentBinary,

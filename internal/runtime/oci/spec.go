@@ -108,6 +108,13 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 	args := p.args
 	if len(args) == 0 {
 		args = []string{AgentPath, "agent", "--listen-fd", fmt.Sprint(AgentListenFD)}
+		// The sandbox's defaults for every command.
+		if s.Workdir != "" {
+			args = append(args, "--workdir", s.Workdir)
+		}
+		if s.User != "" {
+			args = append(args, "--user", s.User)
+		}
 	}
 	env := slices.Clone(s.Env)
 	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
