@@ -39,8 +39,11 @@ the daemon gracefully.`,
 			if fs.Changed("token-file") {
 				cfg.TokenFile = tokenFile
 			}
-			if cmd.Flags().Changed("log-level") || cfg.LogLevel == "" {
+			switch {
+			case cmd.Flags().Changed("log-level"):
 				cfg.LogLevel = a.logLevel
+			case cfg.LogLevel == "":
+				cfg.LogLevel = "info" // a daemon logs what it does by default
 			}
 			lvl, err := log.ParseLevel(cfg.LogLevel)
 			if err != nil {

@@ -121,7 +121,7 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	}
 	keys := slices.Sorted(maps.Keys(env))
 	spec := Spec{
-		Binds:       slices.Clone(img.Binds),
+		Binds: slices.Clone(img.Binds),
 		// An empty Workdir lets each command start in its user's home.
 		Workdir:     cmp.Or(req.Workdir, img.Workdir),
 		User:        cmp.Or(req.User, img.User, "root"),
