@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -249,6 +250,10 @@ func Remove(root, rel string) error {
 	}
 	var errs []error
 	for _, d := range dirs {
+		// The common case: a leaf cgroup, removed with one rmdir.
+		if err := unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
+			continue
+		}
 		var all []string
 		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
 			if err == nil && e.IsDir() {
@@ -258,7 +263,7 @@ func Remove(root, rel string) error {
 		})
 		slices.Reverse(all) // children before parents
 		for _, p := range all {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
 			}
 		}

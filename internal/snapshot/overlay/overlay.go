@@ -56,6 +56,9 @@ type Store struct {
 	// pool are pooled disk images ready to take, guarded by mu.
 	pool []string
 
+	// tplMu serialises the making of disk templates (see format).
+	tplMu sync.Mutex
+
 	// bg runs deletions of removed writable layers; Close waits for it.
 	bg sync.WaitGroup
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -200,19 +201,54 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 }
 
 // format makes img a sparse ext4 image of size bytes holding empty upper/
-// and work/ directories.
+// and work/ directories. The file system is made once per size, as a
+// template (mkfs.ext4 costs ~10 ms of CPU, an exec and a dozen libraries),
+// and every disk is a sparse copy of it: only the ~250 KiB of metadata the
+// template holds is copied, in about a millisecond and without an exec.
+// Copies share the template's UUID, which nothing relies on for loop
+// mounts.
 func (s *Store) format(ctx context.Context, img string, size int64, background bool) error {
-	if s.opts.mkfs == "" {
-		return fmt.Errorf("mkfs.ext4 not found: %w", errdefs.ErrUnavailable)
-	}
-	skel, err := s.skel()
+	tpl, err := s.template(ctx, size, background)
 	if err != nil {
 		return err
 	}
 	tmp := img + ".tmp"
+	if err := sparseCopy(tpl, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("disk image: %w", err)
+	}
+	if err := os.Rename(tmp, img); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("disk image: %w", err)
+	}
+	return nil
+}
+
+// template returns the path of the formatted template disk of size bytes,
+// making it with mkfs.ext4 the first time.
+func (s *Store) template(ctx context.Context, size int64, background bool) (string, error) {
+	s.tplMu.Lock()
+	defer s.tplMu.Unlock()
+	dir := s.path("templates")
+	tpl := filepath.Join(dir, fmt.Sprintf("ext4-%d.img", size))
+	if _, err := os.Lstat(tpl); err == nil {
+		return tpl, nil
+	}
+	if s.opts.mkfs == "" {
+		return "", fmt.Errorf("mkfs.ext4 not found: %w", errdefs.ErrUnavailable)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("disk templates: %w", err)
+	}
+	skel, err := s.skel()
+	if err != nil {
+		return "", err
+	}
+	tmp := tpl + ".tmp"
+	_ = os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return fmt.Errorf("create disk image: %w", err)
+		return "", fmt.Errorf("create disk template: %w", err)
 	}
 	err = f.Truncate(size)
 	if cerr := f.Close(); err == nil {
@@ -220,9 +256,12 @@ func (s *Store) format(ctx context.Context, img string, size int64, background b
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("size disk image: %w", err)
+		return "", fmt.Errorf("size disk template: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, s.opts.mkfs, "-q", "-F", "-O", "^has_journal",
+	// No journal (a disk never outlives a crash of its sandbox), no
+	// reserved blocks, no resize inode (saves 4 MB per disk), lazily
+	// initialised inode tables.
+	cmd := exec.CommandContext(ctx, s.opts.mkfs, "-q", "-F", "-O", "^has_journal,^resize_inode",
 		"-E", "lazy_itable_init=1,nodiscard", "-m", "0", "-d", skel, tmp)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -235,13 +274,62 @@ func (s *Store) format(ctx context.Context, img string, size int64, background b
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("mkfs.ext4: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+		return "", fmt.Errorf("mkfs.ext4: %w: %s", err, bytes.TrimSpace(out.Bytes()))
 	}
-	if err := os.Rename(tmp, img); err != nil {
+	if err := os.Rename(tmp, tpl); err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("disk image: %w", err)
+		return "", fmt.Errorf("disk template: %w", err)
 	}
-	return nil
+	return tpl, nil
+}
+
+// sparseCopy copies src to a new file dst of the same size, copying only
+// src's data extents (SEEK_DATA/SEEK_HOLE) so holes stay holes.
+func sparseCopy(src, dst string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if err := out.Truncate(st.Size()); err != nil {
+		return err
+	}
+	inFD, outFD := int(in.Fd()), int(out.Fd())
+	for off := int64(0); off < st.Size(); {
+		data, err := unix.Seek(inFD, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // only a hole is left
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		hole, err := unix.Seek(inFD, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		for pos := data; pos < hole; {
+			roff, woff := pos, pos
+			n, err := unix.CopyFileRange(inFD, &roff, outFD, &woff, int(hole-pos), 0)
+			if err != nil {
+				return fmt.Errorf("copy extent: %w", err)
+			}
+			if n == 0 {
+				return fmt.Errorf("copy extent: %w", io.ErrUnexpectedEOF)
+			}
+			pos += int64(n)
+		}
+		off = hole
+	}
+	return out.Close()
 }
 
 // skel returns a directory holding empty upper/ and work/ for mkfs -d.
