@@ -69,10 +69,54 @@ func (d *daemon) leftovers() []string {
 	return found
 }
 
+// netState is the host's network namespaces (held by any process) and
+// network links, to compare before and after.
+type netState struct {
+	netns map[string]bool
+	links map[string]bool
+}
+
+func snapshotNet() netState {
+	st := netState{netns: map[string]bool{}, links: map[string]bool{}}
+	nss, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	for _, n := range nss {
+		if l, err := os.Readlink(n); err == nil {
+			st.netns[l] = true
+		}
+	}
+	named, _ := filepath.Glob("/run/netns/*")
+	for _, n := range named {
+		st.netns["named:"+n] = true
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, l := range links {
+		st.links[l.Name()] = true
+	}
+	return st
+}
+
+// newSince lists network namespaces and links present now but not in base.
+func (base netState) newSince() []string {
+	var found []string
+	now := snapshotNet()
+	for n := range now.netns {
+		if !base.netns[n] {
+			found = append(found, "network namespace "+n)
+		}
+	}
+	for l := range now.links {
+		if !base.links[l] {
+			found = append(found, "network link "+l)
+		}
+	}
+	return found
+}
+
 // requireNoLeftovers fails the test when anything of a sandbox remains.
 func (d *daemon) requireNoLeftovers() {
 	d.t.Helper()
-	if l := d.leftovers(); len(l) > 0 {
+	l := append(d.leftovers(), d.net.newSince()...)
+	if len(l) > 0 {
 		d.t.Fatalf("left behind after removal:\n  %s", strings.Join(l, "\n  "))
 	}
 }

@@ -56,6 +56,7 @@ type daemon struct {
 	cgroup  string // cgroup parent name, unique per test
 	cmd     *exec.Cmd
 	logFile string
+	net     netState // before the daemon started
 }
 
 // startDaemon starts a daemon on fresh temporary directories and stops it
@@ -85,6 +86,7 @@ disk_pool_size = 2
 	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	d.net = snapshotNet()
 	d.start()
 	t.Cleanup(func() {
 		d.stop()

@@ -4,9 +4,13 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -324,6 +328,34 @@ func TestBadInput(t *testing.T) {
 		}
 		if !strings.Contains(strings.ToLower(errOut), tc.want) {
 			t.Errorf("corral %v stderr = %q; want it to name %q", tc.args, errOut, tc.want)
+		}
+	}
+	// NUL bytes and bad entries sent straight to the API.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
+	}}}
+	for _, tc := range []struct{ body, want string }{
+		{`{"env":{"A\u0000B":"x"}}`, "env"},
+		{`{"env":{"A":"x\u0000y"}}`, "env"},
+		{`{"workdir":"/tmp/\u0000"}`, "workdir"},
+		{`{"name":"../etc"}`, "name"},
+		{`{"resources":{"memory_bytes":-5}}`, "memory"},
+		{`{"labels":{"":"x"}}`, "label"},
+		{`{"image":"busybox","unknown_field":1}`, "unknown_field"},
+		{`not json`, "invalid"},
+	} {
+		resp, err := hc.Post("http://corral/v1/sandboxes", "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var apiErr struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(b, &apiErr)
+		if resp.StatusCode != http.StatusBadRequest || apiErr.Error.Code != "invalid_argument" || !strings.Contains(strings.ToLower(apiErr.Error.Message), tc.want) {
+			t.Errorf("POST /v1/sandboxes %s = %d %s; want 400 invalid_argument naming %q", tc.body, resp.StatusCode, b, tc.want)
 		}
 	}
 	if out := d.must("ls", "-q"); strings.TrimSpace(out) != "" {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -110,49 +109,4 @@ func (t *nsThread) mountInfoPath() string {
 func (t *nsThread) close() {
 	close(t.reqs)
 	<-t.done
-}
-
-// isMountPoint reports whether p is a mount point in the namespace whose
-// mountinfo is at info.
-func isMountPoint(info, p string) (bool, error) {
-	b, err := os.ReadFile(info)
-	if err != nil {
-		return false, fmt.Errorf("read mountinfo: %w", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 4 && unescapeMountinfo(f[4]) == p {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space...) of a
-// mountinfo field.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
