@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
-[ "$(id -u)" = 0 ] || { echo "run as root: sudo $0 (the privileged tier creates real sandboxes)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "run as root: $0 needs root (the privileged tier creates real sandboxes)" >&2; exit 1; }
 scripts/deps.sh >/dev/null
 echo "== go vet"
 go vet ./...

@@ -4,7 +4,7 @@
 # (state in /var/lib/corral, API on unix:///run/corral/corral.sock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ "$(id -u)" = 0 ] || { echo "run as root: sudo $0" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "run as root: $0 needs root" >&2; exit 1; }
 scripts/deps.sh
 scripts/build.sh
 install -m 0755 bin/corral /usr/local/bin/corral

@@ -283,7 +283,7 @@ func (s *Server) agentByHeader(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) toImage(i sandbox.Image) rest.Image {
 	return rest.Image{
-		Name: i.Name, Created: i.Created, Size: i.Size, Layers: 0,
+		Name: i.Name, Created: i.Created, Size: i.Size, Layers: i.Layers,
 		Builtin: i.Builtin, Default: i.Name == s.cfg.Manager.DefaultImage(),
 	}
 }

@@ -131,7 +131,15 @@ func (s *Store) Get(ctx context.Context, name string) (sandbox.Image, error) {
 	if err != nil {
 		return sandbox.Image{}, err
 	}
-	return r.Image, nil
+	return s.withLayers(r.Image), nil
+}
+
+// withLayers fills img.Layers from the layer store's chain.
+func (s *Store) withLayers(img sandbox.Image) sandbox.Image {
+	if chain, err := s.layers.Chain(img.TopLayer); err == nil {
+		img.Layers = len(chain)
+	}
+	return img
 }
 
 // List returns all images sorted by name.
@@ -151,7 +159,7 @@ func (s *Store) List(ctx context.Context) ([]sandbox.Image, error) {
 			log.G(ctx).Warn("skip unreadable image record", "image", name, "error", err)
 			continue
 		}
-		out = append(out, r.Image)
+		out = append(out, s.withLayers(r.Image))
 	}
 	slices.SortFunc(out, func(a, b sandbox.Image) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

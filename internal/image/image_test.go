@@ -95,6 +95,9 @@ func TestImportTar(t *testing.T) {
 	if _, err := os.Lstat(layerFile(t, layers, img, "abs")); err != nil {
 		t.Errorf("abs was not confined into the layer: %v", err)
 	}
+	if got, err := s.Get(ctx, "tiny"); err != nil || got.Layers != 1 {
+		t.Errorf("Get(tiny) = %+v, %v; want 1 layer", got, err)
+	}
 	if _, err := s.ImportTar(ctx, "tiny", bytes.NewReader(good)); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("ImportTar(tiny) again = %v; want AlreadyExists", err)
 	}

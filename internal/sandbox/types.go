@@ -103,6 +103,9 @@ type Image struct {
 	Created time.Time `json:"created"`
 	// Size is the bytes used by the image's own layers on disk.
 	Size int64 `json:"size"`
+	// Layers is the number of read-only layers (filled when listed, not
+	// stored).
+	Layers int `json:"-"`
 	// Builtin images are made by the daemon and cannot be removed.
 	Builtin bool `json:"builtin,omitempty"`
 }
