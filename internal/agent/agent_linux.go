@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"connectrpc.com/connect"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -43,8 +45,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		metrics: &metricsState{cg: cgroupMem{root: cfg.CgroupPath}},
 	}
 	mux := http.NewServeMux()
-	mux.Handle(processconnect.NewProcessHandler(s.proc))
-	mux.Handle(filesystemconnect.NewFilesystemHandler(s.fs))
+	// The agent is reached over a local socket: compressing every output
+	// chunk would only burn the box's CPU (and 1 GB of output would cost
+	// seconds of gzip). Compressed requests are still accepted.
+	noCompress := connect.WithCompressMinBytes(math.MaxInt32)
+	mux.Handle(processconnect.NewProcessHandler(s.proc, noCompress))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(s.fs, noCompress))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /metrics", s.metrics.serve)
 	mux.HandleFunc("GET /files", s.getFiles)
