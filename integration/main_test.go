@@ -63,6 +63,13 @@ type daemon struct {
 // (gracefully) at the end of the test.
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
+	return startDaemonWith(t, nil)
+}
+
+// startDaemonWith is startDaemon with a hook that may add configuration
+// lines (and files in the test's directory) before the daemon starts.
+func startDaemonWith(t *testing.T, extra func(cfg *string, dir string)) *daemon {
+	t.Helper()
 	base, err := os.MkdirTemp("", "corral-it-")
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +90,9 @@ socket = %q
 cgroup_parent = %q
 disk_pool_size = 2
 `, d.root, d.run, d.socket, d.cgroup)
+	if extra != nil {
+		extra(&cfg, base)
+	}
 	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +151,24 @@ func (d *daemon) stop() {
 		d.t.Errorf("daemon did not stop within 15s of SIGTERM")
 	}
 	d.cmd = nil
+}
+
+// tcpAddr returns the TCP address the daemon listens on, from its log.
+func (d *daemon) tcpAddr() string {
+	d.t.Helper()
+	b, _ := os.ReadFile(d.logFile)
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, "serving API") {
+			continue
+		}
+		for _, f := range strings.Fields(l) {
+			if a, ok := strings.CutPrefix(f, "address="); ok && strings.HasPrefix(a, "127.0.0.1:") {
+				return a
+			}
+		}
+	}
+	d.t.Fatalf("no TCP address in the daemon log")
+	return ""
 }
 
 // kill SIGKILLs the daemon, as a crash would.

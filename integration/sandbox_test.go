@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -519,4 +520,60 @@ func randHex() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+func TestTCPNeedsToken(t *testing.T) {
+	d := startDaemonWith(t, func(cfg *string, dir string) {
+		tok := filepath.Join(dir, "token")
+		if err := os.WriteFile(tok, []byte("s3cret-token\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		*cfg += fmt.Sprintf("listen = %q\ntoken_file = %q\n", "127.0.0.1:0", tok)
+	})
+	addr := d.tcpAddr()
+	run := func(token string, args ...string) (string, string, error) {
+		cmd := exec.Command(corralBin, append([]string{"--host", "tcp://" + addr}, args...)...)
+		cmd.Env = append(os.Environ(), "CORRAL_TOKEN="+token)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	if _, errOut, err := run("", "ls"); err == nil || !strings.Contains(strings.ToLower(errOut), "unauthorized") {
+		t.Errorf("ls over TCP without a token: err %v stderr %q; want unauthorized", err, errOut)
+	}
+	if _, errOut, err := run("wrong", "ls"); err == nil || !strings.Contains(strings.ToLower(errOut), "unauthorized") {
+		t.Errorf("ls over TCP with a wrong token: err %v stderr %q; want unauthorized", err, errOut)
+	}
+	if out, errOut, err := run("s3cret-token", "run", "--image", "busybox", "--", "echo", "over tcp"); err != nil || out != "over tcp\n" {
+		t.Errorf("run over TCP with the token = %q, %v (stderr %q)", out, err, errOut)
+	}
+}
+
+func TestDaemonKilledMidCreate(t *testing.T) {
+	d := startDaemon(t)
+	for i := range 6 {
+		cmd := exec.Command(corralBin, "--host", "unix://"+d.socket, "create", "--image", "busybox")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Kill the daemon at a different point of the create each round.
+		time.Sleep(time.Duration(i*6) * time.Millisecond)
+		d.kill()
+		_ = cmd.Wait()
+		d.start()
+		for _, id := range strings.Fields(d.must("ls", "-q")) {
+			d.must("rm", "-f", id)
+		}
+		last := ""
+		for _, l := range strings.Split(readFile(d.logFile), "\n") {
+			if i := strings.Index(l, `msg="recovered sandboxes"`); i >= 0 {
+				last = l[i:]
+			}
+		}
+		t.Logf("round %d (killed %d ms into a create): %s", i, i*6, last)
+		if l := append(d.leftovers(), d.net.newSince()...); len(l) > 0 {
+			t.Fatalf("round %d (daemon killed %d ms into a create): left behind:\n  %s", i, i*6, strings.Join(l, "\n  "))
+		}
+	}
 }
