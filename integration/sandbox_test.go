@@ -577,3 +577,61 @@ func TestDaemonKilledMidCreate(t *testing.T) {
 		}
 	}
 }
+
+func TestImageImportRunRemove(t *testing.T) {
+	d := startDaemon(t)
+	root := t.TempDir()
+	for _, dir := range []string{"bin", "etc", "tmp"} {
+		os.MkdirAll(filepath.Join(root, dir), 0o755)
+	}
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	data, _ := os.ReadFile(bb)
+	os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755)
+	for _, a := range []string{"sh", "cat", "echo"} {
+		os.Symlink("busybox", filepath.Join(root, "bin", a))
+	}
+	os.WriteFile(filepath.Join(root, "etc", "motd"), []byte("imported image\n"), 0o644)
+
+	d.must("image", "import", "mine", root)
+	if out := d.must("image", "ls"); !strings.Contains(out, "mine") {
+		t.Errorf("image ls after import = %q; want mine listed", out)
+	}
+	id := d.create("--image", "mine")
+	if out := d.must("exec", id, "--", "cat", "/etc/motd"); out != "imported image\n" {
+		t.Errorf("cat /etc/motd in the imported image = %q", out)
+	}
+	if _, errOut, err := d.corral("image", "rm", "mine"); err == nil {
+		t.Errorf("image rm of an image in use succeeded (stderr %q)", errOut)
+	}
+	d.must("rm", id)
+	d.must("image", "rm", "mine")
+	if _, errOut, err := d.corral("create", "--image", "mine"); err == nil || !strings.Contains(errOut, "mine") {
+		t.Errorf("create from a removed image: err %v stderr %q; want not found naming it", err, errOut)
+	}
+	if _, _, err := d.corral("image", "rm", "host"); err == nil {
+		t.Errorf("image rm of the built-in host image succeeded")
+	}
+}
+
+func TestExecTTY(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script (util-linux) not installed")
+	}
+	d := startDaemon(t)
+	id := d.create("--image", "busybox")
+	// script(1) gives the CLI a real terminal, so -t takes the raw-mode path.
+	cmdline := fmt.Sprintf("%s --host unix://%s exec -t %s -- sh -c 'tty; stty size'", corralBin, d.socket, id)
+	cmd := exec.Command(script, "-qec", cmdline, "/dev/null")
+	cmd.Env = append(os.Environ(), "COLUMNS=100", "LINES=30")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("exec -t under a terminal: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "/dev/pts/") {
+		t.Errorf("exec -t output = %q; want the command to see a /dev/pts terminal", out)
+	}
+}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,5 +150,31 @@ func mustWriteU(t testing.TB, p, data string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLookupUserWithoutPasswd(t *testing.T) {
+	dir := t.TempDir()
+	missing := dir + "/passwd"
+	for _, tc := range []struct {
+		name    string
+		uid     uint32
+		wantErr bool
+	}{
+		{"root", 0, false},
+		{"1000", 1000, false},
+		{"agent", 0, true},
+	} {
+		acc, err := lookupUser(missing, dir+"/group", tc.name)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("lookupUser(%q) without /etc/passwd = %+v, %v; want error %v", tc.name, acc, err, tc.wantErr)
+			continue
+		}
+		if err == nil && acc.UID != tc.uid {
+			t.Errorf("lookupUser(%q) uid = %d; want %d", tc.name, acc.UID, tc.uid)
+		}
+		if err != nil && !errors.Is(err, errInvalidArgument) {
+			t.Errorf("lookupUser(%q) error = %v; want an invalid argument", tc.name, err)
+		}
 	}
 }

@@ -19,7 +19,9 @@ type account struct {
 }
 
 // errUnknownUser is returned by lookupUser for a name absent from passwd.
-var errUnknownUser = fmt.Errorf("unknown user: %w", errNotFound)
+// errUnknownUser is an invalid argument (not "not found"), so that clients
+// do not mistake it for a missing command.
+var errUnknownUser = fmt.Errorf("unknown user: %w", errInvalidArgument)
 
 // lookupUser finds name (a user name or a numeric uid) in the passwd file.
 // A numeric uid absent from the file is accepted with gid = uid and home "/".
@@ -35,6 +37,11 @@ func lookupUser(passwdPath, groupPath, name string) (*account, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if acc == nil && name == "root" {
+		// An image without /etc/passwd (a bare root file system) still has
+		// root: uid 0, like every container runtime assumes.
+		acc = &account{Name: "root", UID: 0, GID: 0, Home: "/"}
 	}
 	if acc == nil {
 		uid, err := strconv.ParseUint(name, 10, 32)
