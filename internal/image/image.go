@@ -131,7 +131,9 @@ func (s *Store) Get(ctx context.Context, name string) (sandbox.Image, error) {
 	if err != nil {
 		return sandbox.Image{}, err
 	}
-	return s.withLayers(r.Image), nil
+	// Get is on the create path: it does not walk the layer chain, so
+	// Layers is left unset (List and imports fill it).
+	return r.Image, nil
 }
 
 // withLayers fills img.Layers from the layer store's chain.
@@ -236,7 +238,7 @@ func (s *Store) importLayer(ctx context.Context, name string, fill func(ctx cont
 		_ = s.layers.RemoveLayer(ctx, key)
 		return sandbox.Image{}, err
 	}
-	return img, nil
+	return s.withLayers(img), nil
 }
 
 // register fills in the size and writes r, refusing to overwrite an

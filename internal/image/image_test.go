@@ -95,8 +95,11 @@ func TestImportTar(t *testing.T) {
 	if _, err := os.Lstat(layerFile(t, layers, img, "abs")); err != nil {
 		t.Errorf("abs was not confined into the layer: %v", err)
 	}
-	if got, err := s.Get(ctx, "tiny"); err != nil || got.Layers != 1 {
-		t.Errorf("Get(tiny) = %+v, %v; want 1 layer", got, err)
+	if img.Layers != 1 {
+		t.Errorf("ImportTar(tiny).Layers = %d; want 1", img.Layers)
+	}
+	if all, err := s.List(ctx); err != nil || len(all) != 1 || all[0].Layers != 1 {
+		t.Errorf("List() = %+v, %v; want tiny with 1 layer", all, err)
 	}
 	if _, err := s.ImportTar(ctx, "tiny", bytes.NewReader(good)); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("ImportTar(tiny) again = %v; want AlreadyExists", err)

@@ -103,8 +103,8 @@ type Image struct {
 	Created time.Time `json:"created"`
 	// Size is the bytes used by the image's own layers on disk.
 	Size int64 `json:"size"`
-	// Layers is the number of read-only layers (filled when listed, not
-	// stored).
+	// Layers is the number of read-only layers: filled by the image store's
+	// List and imports, not by Get (the create path), and never stored.
 	Layers int `json:"-"`
 	// Builtin images are made by the daemon and cannot be removed.
 	Builtin bool `json:"builtin,omitempty"`
