@@ -22,16 +22,7 @@ func TestBusyboxRuns(t *testing.T) {
 		t.Skip("/bin/busybox missing (apt-get install busybox-static)")
 	}
 	ctx := testutil.Context(t)
-	layers, err := overlay.New(t.TempDir(), overlay.WithPoolSize(0), overlay.WithDefaultDiskBytes(16<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { layers.Close() })
-	s, err := New(t.TempDir(), layers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, s.EnsureBuiltins(ctx))
+	s, layers := builtinStore(t)
 	img, err := s.Get(ctx, BusyboxImage)
 	if err != nil {
 		t.Fatal(err)
@@ -68,16 +59,7 @@ func TestBusyboxRuns(t *testing.T) {
 func TestHostImageRuns(t *testing.T) {
 	testutil.RequiresRoot(t)
 	ctx := testutil.Context(t)
-	layers, err := overlay.New(t.TempDir(), overlay.WithPoolSize(0), overlay.WithDefaultDiskBytes(16<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { layers.Close() })
-	s, err := New(t.TempDir(), layers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, s.EnsureBuiltins(ctx))
+	s, layers := builtinStore(t)
 	img, err := s.Get(ctx, HostImage)
 	if err != nil {
 		t.Fatal(err)
@@ -108,4 +90,21 @@ func TestHostImageRuns(t *testing.T) {
 	if want := "root\nagent\ncerts\n"; err != nil || string(out) != want {
 		t.Fatalf("bash in the host image = %q, %v; want %q", out, err, want)
 	}
+}
+
+// builtinStore returns an image store with its built-in images made, on a
+// layer store with small disks and no pool.
+func builtinStore(t *testing.T) (*Store, *overlay.Store) {
+	t.Helper()
+	layers, err := overlay.New(t.TempDir(), overlay.WithPoolSize(0), overlay.WithDefaultDiskBytes(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layers.Close() })
+	s, err := New(t.TempDir(), layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.EnsureBuiltins(testutil.Context(t)))
+	return s, layers
 }
