@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 [ "$(id -u)" = 0 ] || { echo "run as root: $0 needs root (the privileged tier creates real sandboxes)" >&2; exit 1; }
-scripts/deps.sh >/dev/null
+echo "== system packages"
+scripts/deps.sh
 echo "== go vet"
 go vet ./...
 go vet -tags integration ./...
