@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -171,4 +173,48 @@ func attachLoop(file string, readonly bool) (*os.File, error) {
 		}
 	}
 	return nil, errors.New("configure loop device: every free device was taken by others")
+}
+
+// Under returns the mount points listed in the mountinfo file at path that are
+// dir or lie beneath it, in the order they were mounted; unmount them last
+// first. Mount points are unescaped (mountinfo writes a space as
+// \040).
+func Under(mountinfo, dir string) ([]string, error) {
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescapeMountinfo(f[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040, \011, \012, \134) the
+// kernel writes for space, tab, newline and backslash.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/mount"
@@ -385,5 +387,37 @@ GOCACHE=/tmp/gocache HOME=/tmp /usr/local/go/bin/go version > /dev/null && echo 
 				}
 			}
 		})
+	}
+}
+
+// TestDeleteWithDamagedMountRecord: a sandbox directory whose mounts.json is
+// truncated (as a crash could leave it before writes became atomic, or a disk
+// error can) is still unmounted and removed, from what mountinfo shows.
+func TestDeleteWithDamagedMountRecord(t *testing.T) {
+	r := newTestRuntime(t, "crun")
+	const id = "damaged0"
+	dir := r.Dir(id)
+	rootfs := filepath.Join(dir, rootfsDir)
+	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, mountsFile), []byte(`["`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ns.Do(func() error { return unix.Mount("tmpfs", rootfs, "tmpfs", 0, "size=1m") }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(context.Background(), id); err != nil {
+		t.Fatalf("Delete = %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("sandbox directory after Delete: %v, want it gone", err)
+	}
+	left, err := mount.Under(r.MountInfoPath(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("mounts left after Delete: %q", left)
 	}
 }

@@ -222,7 +222,7 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 	if err := r.ns.Do(func() error { return mount.All(spec.Rootfs, rootfs) }); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, configFile), configJSON, 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, configFile), configJSON); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	l, err := listen(dir)
@@ -241,7 +241,22 @@ func writeJSON(p string, v any) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(p, b, 0o600)
+	return writeFileAtomic(p, b)
+}
+
+// writeFileAtomic writes b to p through a temporary file and a rename, so that
+// a daemon killed mid-write leaves either no file or the whole of it, never a
+// truncated one.
+func writeFileAtomic(p string, b []byte) error {
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // listen makes the listening unix socket dir/agent.sock (mode 0600). It binds
@@ -564,7 +579,11 @@ func (r *Runtime) unmountAll(dir string) error {
 	}
 	var targets []string
 	if err := json.Unmarshal(b, &targets); err != nil {
-		return fmt.Errorf("parse %s: %w", mountsFile, err)
+		// Written atomically, so this is damage from outside: fall back to
+		// whatever is mounted beneath dir in the runtime's namespace.
+		if targets, err = mount.Under(r.ns.mountInfoPath(), dir); err != nil {
+			return fmt.Errorf("%s is unreadable and mountinfo failed: %w", mountsFile, err)
+		}
 	}
 	return r.ns.Do(func() error {
 		for _, t := range slices.Backward(targets) {
