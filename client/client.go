@@ -195,36 +195,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // do sends a control-plane request and decodes a JSON response into out
 // (when out is not nil). body is JSON-encoded unless it is an io.Reader.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	ctype := ""
-	switch b := body.(type) {
-	case nil:
-	case io.Reader:
-		rd, ctype = b, "application/octet-stream"
-	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		rd, ctype = bytes.NewReader(buf), "application/json"
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	resp, err := c.send(ctx, method, path, body, "application/json")
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	req.Header.Set("Accept", "application/json")
-	c.logger.DebugContext(ctx, "request", "method", method, "path", path)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return connError(ctx, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		return decodeError(resp)
-	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 		return nil
@@ -236,6 +211,43 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return fmt.Errorf("decode %s %s response: %w", method, path, err)
 	}
 	return nil
+}
+
+// send sends a control-plane request and returns a 2xx response for the
+// caller to read and close; other statuses become classified errors. body
+// is JSON-encoded unless it is an io.Reader (sent as a stream).
+func (c *Client) send(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	ctype := ""
+	switch b := body.(type) {
+	case nil:
+	case io.Reader:
+		rd, ctype = b, "application/octet-stream"
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+		rd, ctype = bytes.NewReader(buf), "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	req.Header.Set("Accept", accept)
+	c.logger.DebugContext(ctx, "request", "method", method, "path", path)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, connError(ctx, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
 }
 
 // Version returns the daemon's version.
@@ -289,34 +301,6 @@ func (c *Client) RemoveSandbox(ctx context.Context, id string, force bool) error
 	return c.do(ctx, http.MethodDelete, p, nil, nil)
 }
 
-// ListImages returns the daemon's images.
-func (c *Client) ListImages(ctx context.Context) ([]rest.Image, error) {
-	var l rest.ImageList
-	if err := c.do(ctx, http.MethodGet, "/"+rest.APIVersion+"/images", nil, &l); err != nil {
-		return nil, err
-	}
-	return l.Images, nil
-}
-
-// ImportImage imports a root filesystem as image name from r, a tar or
-// tar.gz stream, which is streamed to the daemon as it is read.
-func (c *Client) ImportImage(ctx context.Context, name string, r io.Reader) (*rest.Image, error) {
-	img := rest.Image{Name: name}
-	if err := c.do(ctx, http.MethodPost, imagePath(name), r, &img); err != nil {
-		return nil, err
-	}
-	return &img, nil
-}
-
-// RemoveImage removes an image.
-func (c *Client) RemoveImage(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, imagePath(name), nil, nil)
-}
-
 func sandboxPath(id string) string {
 	return "/" + rest.APIVersion + "/sandboxes/" + url.PathEscape(id)
-}
-
-func imagePath(name string) string {
-	return "/" + rest.APIVersion + "/images/" + url.PathEscape(name)
 }

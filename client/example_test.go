@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -89,4 +90,46 @@ func ExampleSandbox_Upload() {
 	}
 	defer rc.Close()
 	_, _ = os.Stdout.ReadFrom(rc)
+}
+
+// Builds an image from a spec and its copy sources, printing the steps.
+func ExampleClient_Build() {
+	srv := clienttest.New().Server()
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		log.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "spec")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	spec := dir + "/corral.yaml"
+	if err := os.WriteFile(spec, []byte("name: py-agent\nfrom: debian:bookworm\npackages: [python3]\n"), 0o644); err != nil {
+		log.Fatal(err)
+	}
+
+	bc, err := client.BuildContext(spec, nil) // plus the spec's copy sources
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bc.Close()
+	img, err := c.Build(ctx, bc, rest.BuildOptions{Tag: "py-agent:1"}, func(ev rest.Event) {
+		if ev.Type == "step" {
+			fmt.Printf("[%d/%d] %s (cached: %v)\n", ev.Step, ev.Steps, ev.Name, ev.Cached)
+		}
+	})
+	var be *client.BuildError
+	if errors.As(err, &be) {
+		log.Fatalf("step %d failed with exit code %d", be.Step, be.ExitCode)
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("built", img.Name)
+	// Output:
+	// [1/2] packages python3 (cached: true)
+	// [2/2] run echo hi (cached: false)
+	// built py-agent:1
 }

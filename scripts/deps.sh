@@ -7,6 +7,7 @@ packages=(
 	busybox-static       # the tiny built-in "busybox" image
 	bubblewrap           # benchmark peer (corral bench)
 	e2fsprogs            # mkfs.ext4 for each sandbox's size-limited writable disk
+	debootstrap debian-archive-keyring   # corral image bootstrap debian:SUITE
 	util-linux iproute2 procps psmisc kmod ca-certificates
 )
 missing=()

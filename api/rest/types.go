@@ -73,12 +73,157 @@ type SandboxList struct {
 
 // Image describes one image (GET /v1/images).
 type Image struct {
+	// Name is a reference such as "py-agent", "debian:bookworm" or
+	// "127.0.0.1:5000/team/py:1".
 	Name    string    `json:"name"`
 	Created time.Time `json:"created"`
 	Size    int64     `json:"size"`
 	Layers  int       `json:"layers"`
 	Builtin bool      `json:"builtin,omitempty"`
 	Default bool      `json:"default,omitempty"`
+	// Source says where the image came from: "builtin", "import",
+	// "registry", "archive", "layout", "bootstrap", "build" or "tag".
+	Source string `json:"source,omitempty"`
+}
+
+// ImageInfo is everything known about one image (GET /v1/images/{name}).
+type ImageInfo struct {
+	Name string `json:"name"`
+	// ID is the image's content identity (its top layer): images with the
+	// same ID have the same file system.
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+	// Size is the bytes of all the image's layers.
+	Size    int64  `json:"size"`
+	Builtin bool   `json:"builtin,omitempty"`
+	Default bool   `json:"default,omitempty"`
+	Source  string `json:"source,omitempty"`
+	// Reference is what the image was made from: a registry reference, an
+	// archive's tag, a bootstrap suite, a spec file or a tag's source.
+	Reference string `json:"reference,omitempty"`
+	// Digest is the manifest digest of a pulled or loaded image.
+	Digest string `json:"digest,omitempty"`
+	// Layers are the read-only layers, bottom first.
+	Layers []ImageLayer `json:"layers"`
+	// Env, Workdir and User are the defaults of commands in its sandboxes.
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	User    string   `json:"user,omitempty"`
+	// Resources are the default limits of its sandboxes (from its spec).
+	Resources Resources `json:"resources,omitzero"`
+	// Spec holds the runtime settings of an image built from a spec.
+	Spec *ImageSpec `json:"spec,omitempty"`
+}
+
+// ImageLayer is one layer of an image.
+type ImageLayer struct {
+	Key    string `json:"key"`
+	DiffID string `json:"diff_id,omitempty"`
+	Size   int64  `json:"size"`
+}
+
+// ImageSpec are the runtime settings of a spec-built image.
+type ImageSpec struct {
+	NetworkMode string   `json:"network_mode,omitempty"`
+	Allow       []string `json:"allow,omitempty"`
+	Secrets     []string `json:"secrets,omitempty"`
+	Ports       []int    `json:"ports,omitempty"`
+}
+
+// PullRequest is the body of POST /v1/images/pull.
+type PullRequest struct {
+	// Ref is a registry reference: "debian:bookworm",
+	// "127.0.0.1:5000/team/py:1", "example.org/app@sha256:...".
+	Ref string `json:"ref"`
+	// Name stores the image under this name instead of Ref.
+	Name string `json:"name,omitempty"`
+}
+
+// BootstrapRequest is the body of POST /v1/images/bootstrap.
+type BootstrapRequest struct {
+	// Ref is "debian:SUITE", e.g. "debian:bookworm".
+	Ref string `json:"ref"`
+	// Name stores the image under this name instead of Ref.
+	Name string `json:"name,omitempty"`
+	// Mirror is the Debian mirror URL (default: the daemon's).
+	Mirror string `json:"mirror,omitempty"`
+	// Include are extra packages installed by debootstrap.
+	Include []string `json:"include,omitempty"`
+	// Refresh bootstraps again even when the image exists.
+	Refresh bool `json:"refresh,omitempty"`
+}
+
+// TagRequest is the body of POST /v1/images/tag.
+type TagRequest struct {
+	// Source is the existing image; Target the additional name.
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+// PruneRequest is the body of POST /v1/images/prune.
+type PruneRequest struct {
+	// BuildCache also drops the build cache, so that its layers can go.
+	BuildCache bool `json:"build_cache,omitempty"`
+}
+
+// PruneReport is the response of POST /v1/images/prune.
+type PruneReport struct {
+	LayersRemoved  int   `json:"layers_removed"`
+	BytesFreed     int64 `json:"bytes_freed"`
+	CacheRemoved   int   `json:"cache_entries_removed"`
+	LayersInUse    int   `json:"layers_in_use"`
+	LayersRetained int   `json:"layers_retained"`
+}
+
+// BuildOptions are the query parameters of POST /v1/build.
+type BuildOptions struct {
+	// Tag names the image (default: the spec's name).
+	Tag string
+	// File is the spec's name at the root of the build context (default
+	// corral.yaml).
+	File string
+	// NoCache runs every step again.
+	NoCache bool
+}
+
+// Event is one line of the application/x-ndjson stream of pull, load,
+// bootstrap and build. The last line is an "image" or an "error" event.
+type Event struct {
+	// Type is "step" (a build step starts or comes from the cache), "log"
+	// (output of a build step or of debootstrap), "progress" (a layer of
+	// a pull or load), "image" (done) or "error" (failed).
+	Type   string `json:"type"`
+	Step   int    `json:"step,omitempty"`
+	Steps  int    `json:"steps,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Cached bool   `json:"cached,omitempty"`
+	// Stream is "stdout" or "stderr" for a log event; Data its text.
+	Stream   string    `json:"stream,omitempty"`
+	Data     string    `json:"data,omitempty"`
+	Progress *Progress `json:"progress,omitempty"`
+	// Layer is the layer a step made or took from the cache.
+	Layer string `json:"layer,omitempty"`
+	// Image is the result of an "image" event.
+	Image *Image `json:"image,omitempty"`
+	// Error is the failure of an "error" event; ExitCode the exit code of
+	// a failed build step, when it ran.
+	Error    *ErrorBody `json:"error,omitempty"`
+	ExitCode *int       `json:"exit_code,omitempty"`
+}
+
+// Progress is the state of one layer of a pull or load.
+type Progress struct {
+	// Layer is the layer's diff ID ("" for the image as a whole).
+	Layer string `json:"layer,omitempty"`
+	// Index and Count place the layer in the image (1-based).
+	Index int `json:"index,omitempty"`
+	Count int `json:"count,omitempty"`
+	// Status is "resolved" (manifest read), "exists" (already stored),
+	// "pulling" or "extracted".
+	Status string `json:"status"`
+	// Current and Total are bytes read so far and in all (-1: unknown).
+	Current int64 `json:"current,omitempty"`
+	Total   int64 `json:"total,omitempty"`
 }
 
 // ImageList is the body of GET /v1/images.
@@ -103,7 +248,7 @@ type Error struct {
 type ErrorBody struct {
 	// Code is one of: invalid_argument, not_found, already_exists,
 	// failed_precondition, unavailable, unauthorized, resource_exhausted,
-	// deadline_exceeded, internal.
+	// deadline_exceeded, not_implemented, internal.
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }

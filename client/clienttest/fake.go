@@ -13,10 +13,26 @@
 //	big N          writes N bytes of 'x' to stdout in 64 KiB chunks
 //	pty            writes "tty" to the terminal, exits 0
 //	anything else  fails to start with not_found
+//
+// Image routes of the fake daemon (streams are canned):
+//
+//	pull       ref ending in "/missing" answers 404; ref containing "broken"
+//	           fails with an error event after one progress event; others
+//	           report two layers and store the image (name or ref)
+//	load       counts the body (LoadedBytes), stores name or "loaded"
+//	bootstrap  sends two log lines and stores name or ref
+//	build      records the context's files (BuildContext) and the query
+//	           (Builds); a spec containing "exit 7" fails step 1 with exit
+//	           code 7; others report a cached step, a run step with output
+//	           "hi", and store the tag or "built"
+//	prune      reports 2 layers and 3 MiB freed (1 cache entry with
+//	           build_cache)
 package clienttest
 
 import (
+	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +65,14 @@ type Daemon struct {
 	Images map[string]*rest.Image
 	// ImportedBytes is the size of the last image import body; guarded by Mu.
 	ImportedBytes int64
+	// LoadedBytes is the size of the last image load body; guarded by Mu.
+	LoadedBytes int64
+	// BuildContext maps the file names of the last build context to their
+	// contents (directories end in "/", symlinks hold "-> target");
+	// guarded by Mu.
+	BuildContext map[string]string
+	// Builds records the query of each build; guarded by Mu.
+	Builds []string
 	// Files holds uploaded bodies by "ID:path" (raw POST /files and
 	// format=tar uploads alike); guarded by Mu.
 	Files map[string][]byte
@@ -73,7 +97,7 @@ type Daemon struct {
 func New() *Daemon {
 	return &Daemon{
 		Sandboxes: map[string]*rest.Sandbox{},
-		Images:    map[string]*rest.Image{"busybox": {Name: "busybox", Builtin: true, Default: true, Layers: 1}},
+		Images:    map[string]*rest.Image{"busybox": {Name: "busybox", Builtin: true, Default: true, Layers: 1, Source: "builtin"}},
 		Files:     map[string][]byte{},
 		Dirs:      map[string]bool{"/": true, "/tmp": true},
 		inputs:    map[uint32]chan []byte{},
@@ -130,20 +154,38 @@ func (d *Daemon) Handler() http.Handler {
 		slices.SortFunc(l.Images, func(a, b rest.Image) int { return strings.Compare(a.Name, b.Name) })
 		writeJSON(w, http.StatusOK, l)
 	})
-	mux.HandleFunc("POST /v1/images/{name}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/images/import", func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
 			return
 		}
-		img := &rest.Image{Name: r.PathValue("name"), Size: n, Layers: 1, Created: time.Unix(0, 0).UTC()}
+		name := r.URL.Query().Get("name")
+		if name == "" {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "image name must not be empty")
+			return
+		}
+		img := d.store(name, "import", n)
 		d.Mu.Lock()
-		d.Images[img.Name] = img
 		d.ImportedBytes = n
 		d.Mu.Unlock()
 		writeJSON(w, http.StatusCreated, img)
 	})
-	mux.HandleFunc("DELETE /v1/images/{name}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/images/{name...}", func(w http.ResponseWriter, r *http.Request) {
+		d.Mu.Lock()
+		img, ok := d.Images[r.PathValue("name")]
+		d.Mu.Unlock()
+		if !ok {
+			writeError(w, http.StatusNotFound, "not_found", "image "+r.PathValue("name")+" not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, rest.ImageInfo{
+			Name: img.Name, ID: "layer-" + img.Name, Created: img.Created, Size: img.Size,
+			Builtin: img.Builtin, Default: img.Default, Source: img.Source,
+			Layers: []rest.ImageLayer{{Key: "layer-" + img.Name, DiffID: "sha256:" + strings.Repeat("ab", 32), Size: img.Size}},
+		})
+	})
+	mux.HandleFunc("DELETE /v1/images/{name...}", func(w http.ResponseWriter, r *http.Request) {
 		d.Mu.Lock()
 		defer d.Mu.Unlock()
 		if _, ok := d.Images[r.PathValue("name")]; !ok {
@@ -153,6 +195,63 @@ func (d *Daemon) Handler() http.Handler {
 		delete(d.Images, r.PathValue("name"))
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /v1/images/tag", func(w http.ResponseWriter, r *http.Request) {
+		var req rest.TagRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "decode body: "+err.Error())
+			return
+		}
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		src, ok := d.Images[req.Source]
+		if !ok {
+			writeError(w, http.StatusNotFound, "not_found", "image "+req.Source+" not found")
+			return
+		}
+		img := *src
+		img.Name, img.Builtin, img.Default, img.Source = req.Target, false, false, "tag"
+		d.Images[img.Name] = &img
+		writeJSON(w, http.StatusCreated, img)
+	})
+	mux.HandleFunc("POST /v1/images/prune", func(w http.ResponseWriter, r *http.Request) {
+		var req rest.PruneRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		rep := rest.PruneReport{LayersRemoved: 2, BytesFreed: 3 << 20, LayersInUse: 1}
+		if req.BuildCache {
+			rep.CacheRemoved = 1
+		}
+		writeJSON(w, http.StatusOK, rep)
+	})
+	mux.HandleFunc("POST /v1/images/pull", d.pull)
+	mux.HandleFunc("POST /v1/images/load", func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
+			return
+		}
+		d.Mu.Lock()
+		d.LoadedBytes = n
+		d.Mu.Unlock()
+		name := r.URL.Query().Get("name")
+		if name == "" {
+			name = "loaded"
+		}
+		ev := newEvents(w)
+		ev.send(rest.Event{Type: "progress", Progress: &rest.Progress{Layer: "sha256:" + strings.Repeat("cd", 32), Index: 1, Count: 1, Status: "extracted", Current: n, Total: n}})
+		ev.image(d.store(name, "archive", n))
+	})
+	mux.HandleFunc("POST /v1/images/bootstrap", func(w http.ResponseWriter, r *http.Request) {
+		var req rest.BootstrapRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Ref == "" {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "ref is required")
+			return
+		}
+		ev := newEvents(w)
+		ev.send(rest.Event{Type: "log", Stream: "stdout", Data: "I: Retrieving InRelease\n"})
+		ev.send(rest.Event{Type: "log", Stream: "stdout", Data: "I: Base system installed successfully.\n"})
+		ev.image(d.store(cmp.Or(req.Name, req.Ref), "bootstrap", 100<<20))
+	})
+	mux.HandleFunc("POST /v1/build", d.build)
 	mux.HandleFunc("/v1/sandboxes/{id}/agent/", func(w http.ResponseWriter, r *http.Request) {
 		sb := d.lookup(r.PathValue("id"))
 		if sb == nil {
@@ -226,6 +325,114 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 	d.Sandboxes[id] = sb
 	writeJSON(w, http.StatusCreated, sb)
 }
+
+// store records an image and returns it.
+func (d *Daemon) store(name, source string, size int64) rest.Image {
+	img := &rest.Image{Name: name, Size: size, Layers: 1, Created: time.Unix(0, 0).UTC(), Source: source}
+	d.Mu.Lock()
+	d.Images[name] = img
+	d.Mu.Unlock()
+	return *img
+}
+
+func (d *Daemon) pull(w http.ResponseWriter, r *http.Request) {
+	var req rest.PullRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Ref == "" {
+		writeError(w, http.StatusBadRequest, "invalid_argument", "ref is required")
+		return
+	}
+	if strings.HasSuffix(req.Ref, "/missing") {
+		writeError(w, http.StatusNotFound, "not_found", "pull "+req.Ref+": manifest unknown")
+		return
+	}
+	ev := newEvents(w)
+	ev.send(rest.Event{Type: "progress", Progress: &rest.Progress{Status: "resolved", Count: 2}})
+	if strings.Contains(req.Ref, "broken") {
+		ev.send(rest.Event{Type: "progress", Progress: &rest.Progress{Layer: "sha256:" + strings.Repeat("01", 32), Index: 1, Count: 2, Status: "pulling", Current: 1, Total: 2}})
+		ev.send(rest.Event{Type: "error", Error: &rest.ErrorBody{Code: "unavailable", Message: "pull " + req.Ref + ": connection reset"}})
+		return
+	}
+	for i, l := range []string{strings.Repeat("01", 32), strings.Repeat("02", 32)} {
+		p := rest.Progress{Layer: "sha256:" + l, Index: i + 1, Count: 2, Total: 4 << 20}
+		if i == 0 {
+			p.Status = "exists"
+			ev.send(rest.Event{Type: "progress", Progress: &p})
+			continue
+		}
+		for _, cur := range []int64{1 << 20, 4 << 20} {
+			p.Status, p.Current = "pulling", cur
+			ev.send(rest.Event{Type: "progress", Progress: &p})
+		}
+		p.Status = "extracted"
+		ev.send(rest.Event{Type: "progress", Progress: &p})
+	}
+	ev.image(d.store(cmp.Or(req.Name, req.Ref), "registry", 8<<20))
+}
+
+func (d *Daemon) build(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	files := map[string]string{}
+	tr := tar.NewReader(r.Body)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "build context: "+err.Error())
+			return
+		}
+		switch hdr.Typeflag {
+		case tar.TypeSymlink:
+			files[hdr.Name] = "-> " + hdr.Linkname
+		default:
+			b, _ := io.ReadAll(tr)
+			files[hdr.Name] = string(b)
+		}
+	}
+	d.Mu.Lock()
+	d.BuildContext = files
+	d.Builds = append(d.Builds, q.Encode())
+	d.Mu.Unlock()
+	spec, ok := files[cmp.Or(q.Get("file"), "corral.yaml")]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_argument", "build context has no "+cmp.Or(q.Get("file"), "corral.yaml")+" at its root")
+		return
+	}
+	ev := newEvents(w)
+	if strings.Contains(spec, "exit 7") {
+		code := 7
+		ev.send(rest.Event{Type: "step", Step: 1, Steps: 2, Name: "run exit 7"})
+		ev.send(rest.Event{Type: "log", Step: 1, Stream: "stderr", Data: "failing\n"})
+		ev.send(rest.Event{Type: "error", Error: &rest.ErrorBody{Code: "failed_precondition", Message: "step 1 (run exit 7) failed with exit code 7"}, ExitCode: &code})
+		return
+	}
+	ev.send(rest.Event{Type: "step", Step: 1, Steps: 2, Name: "packages python3", Cached: true})
+	ev.send(rest.Event{Type: "step", Step: 2, Steps: 2, Name: "run echo hi"})
+	ev.send(rest.Event{Type: "log", Step: 2, Stream: "stdout", Data: "hi\n"})
+	ev.image(d.store(cmp.Or(q.Get("tag"), "built"), "build", 1<<20))
+}
+
+// events writes an application/x-ndjson stream.
+type events struct {
+	w   http.ResponseWriter
+	enc *json.Encoder
+}
+
+func newEvents(w http.ResponseWriter) *events {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	return &events{w: w, enc: json.NewEncoder(w)}
+}
+
+func (e *events) send(ev rest.Event) {
+	_ = e.enc.Encode(ev)
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (e *events) image(img rest.Image) { e.send(rest.Event{Type: "image", Image: &img}) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -11,22 +11,45 @@
 //   - an entry replaces what is at its path (the old file, symlink or
 //     directory tree is removed first) and files are created with O_EXCL, so
 //     nothing is ever written through a symlink planted by an earlier entry;
-//   - hard links must name an entry inside dst (linkat, no symlink follow);
-//   - device nodes and fifos are skipped (logged at debug level);
+//   - hard links must name a regular file inside dst (linkat, no symlink
+//     follow);
+//   - device nodes, fifos and unknown entry types are skipped (logged at
+//     debug level);
 //   - setuid and setgid bits are stripped (the sticky bit is kept);
-//   - the total bytes of regular files and the number of entries are bounded;
 //   - gzip is detected by its magic number and decompressed transparently.
+//
+// Bounds: every entry's declared size is charged against Options.MaxBytes
+// from its header, before anything is read or written, so a giant (GNU or
+// PAX sparse, or plain) header fails at once with ErrTooLarge; the number of
+// entries is bounded by Options.MaxEntries; and the decompressed stream as a
+// whole may not exceed MaxBytes plus 16 KiB per allowed entry, which stops
+// decompression bombs and endless runs of metadata headers after bounded
+// work. The context is checked on every read. Runs of all-zero 32 KiB blocks
+// are written as holes, so disk use follows the real data of sparse files.
+//
+// OCI layers: with Options.Whiteouts, Apply turns OCI whiteouts into the
+// overlayfs form that Corral's layer store keeps. ".wh.NAME" becomes a
+// character device 0/0 (mode 0) named NAME and "DIR/.wh..wh..opq" sets the
+// xattr trusted.overlay.opaque=y on DIR (opened without following a symlink).
+// After the OCI image spec, whiteouts hide only lower layers: an entry of the
+// same layer at NAME stays (a directory is then made opaque instead), and a
+// later entry at NAME replaces the whiteout. Any other name with a ".wh."
+// component is refused. WriteLayer is the inverse: it writes an overlay-form
+// tree as an OCI layer, deterministically, so that its digest is the layer's
+// diff ID.
 package archive
 
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"slices"
@@ -34,6 +57,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/log"
 )
@@ -44,26 +68,44 @@ const (
 	DefaultMaxEntries = 1 << 20  // a million entries
 )
 
+// entryOverhead is the stream allowance per entry for headers, padding and
+// PAX or GNU metadata, on top of MaxBytes of contents.
+const entryOverhead = 16 << 10
+
+// holeBlock is the unit of sparse writing: an all-zero block of this size is
+// skipped with a seek instead of written.
+const holeBlock = 32 << 10
+
+// zeroBlock is compared against, never written.
+var zeroBlock [holeBlock]byte
+
 // ErrTooLarge is returned when an archive exceeds Options.MaxBytes or
 // Options.MaxEntries.
 var ErrTooLarge = fmt.Errorf("archive too large: %w", errdefs.ErrInvalidArgument)
 
 // Options bound and tune Apply.
 type Options struct {
-	// MaxBytes bounds the total size of regular files; 0 is DefaultMaxBytes.
+	// MaxBytes bounds the total declared size of entry contents (regular
+	// files at their full logical size, sparse or not); 0 is
+	// DefaultMaxBytes.
 	MaxBytes int64
 	// MaxEntries bounds the number of entries; 0 is DefaultMaxEntries.
 	MaxEntries int
 	// KeepOwners applies the uid/gid of each entry (needs CAP_CHOWN). When
 	// false, files belong to the extracting process.
 	KeepOwners bool
+	// Whiteouts converts OCI whiteouts into overlayfs whiteouts and opaque
+	// directories (needs CAP_MKNOD and CAP_SYS_ADMIN for trusted xattrs).
+	// When false, ".wh." names are extracted as ordinary entries.
+	Whiteouts bool
 }
 
 // Apply extracts the tar stream r (plain or gzip) into dst and returns the
-// number of bytes of regular file contents written. On error, dst may hold
+// number of bytes of regular file contents written (holes included). On error, dst may hold
 // part of the archive; callers extract into a scratch directory and discard
 // it on failure. Errors from malformed or hostile input are
-// errdefs.ErrInvalidArgument.
+// errdefs.ErrInvalidArgument (ErrTooLarge for exceeded bounds); when ctx
+// ends, its error is returned.
 func Apply(ctx context.Context, dst *os.Root, r io.Reader, opts Options) (int64, error) {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
@@ -81,12 +123,46 @@ func Apply(ctx context.Context, dst *os.Root, r io.Reader, opts Options) (int64,
 		defer zr.Close()
 		in = zr
 	}
-	a := applier{dst: dst, opts: opts}
-	err := a.run(ctx, in)
+	limit := int64(math.MaxInt64)
+	if n := int64(opts.MaxEntries) + 1; n <= (math.MaxInt64-opts.MaxBytes)/entryOverhead {
+		limit = opts.MaxBytes + n*entryOverhead
+	}
+	a := applier{dst: dst, opts: opts, in: &streamReader{ctx: ctx, r: in, left: limit}}
+	err := a.run(ctx)
 	if a.skipped > 0 {
 		log.G(ctx).Debug("archive entries skipped", "count", a.skipped)
 	}
 	return a.written, err
+}
+
+// streamReader bounds the decompressed stream and stops it when ctx ends.
+// Its first error is sticky and takes precedence over the tar reader's
+// report of it.
+type streamReader struct {
+	ctx  context.Context
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if err := s.ctx.Err(); err != nil {
+		s.err = err
+		return 0, err
+	}
+	if s.left <= 0 {
+		s.err = fmt.Errorf("archive stream longer than its bounds allow: %w", ErrTooLarge)
+		return 0, s.err
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
+	return n, err
 }
 
 type dirAttr struct {
@@ -98,14 +174,26 @@ type dirAttr struct {
 type applier struct {
 	dst     *os.Root
 	opts    Options
-	written int64
+	in      *streamReader
+	written int64 // bytes of regular file contents written
+	charged int64 // declared sizes of entry contents, bounded by MaxBytes
 	entries int
 	skipped int
 	dirs    []dirAttr
+	buf     []byte
 }
 
-func (a *applier) run(ctx context.Context, in io.Reader) error {
-	tr := tar.NewReader(in)
+// inputErr classifies an error from reading the archive: a bound or the
+// context's end as such, anything else as malformed input.
+func (a *applier) inputErr(err error) error {
+	if a.in.err != nil {
+		return a.in.err
+	}
+	return fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+}
+
+func (a *applier) run(ctx context.Context) error {
+	tr := tar.NewReader(a.in)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -115,7 +203,7 @@ func (a *applier) run(ctx context.Context, in io.Reader) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("read tar: %v: %w", err, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("read tar: %w", a.inputErr(err))
 		}
 		a.entries++
 		if a.entries > a.opts.MaxEntries {
@@ -153,16 +241,43 @@ func mode(hdr *tar.Header) fs.FileMode {
 	return m
 }
 
+// hasData reports whether entries of type flag carry contents in the stream
+// (archive/tar ignores the size of the others).
+func hasData(flag byte) bool {
+	switch flag {
+	case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
+		return false
+	}
+	return true
+}
+
 func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
+	if hasData(hdr.Typeflag) {
+		// Charged from the header, before a byte is read or written.
+		if hdr.Size < 0 || hdr.Size > a.opts.MaxBytes-a.charged {
+			return fmt.Errorf("%s: %d bytes over the bound of %d bytes of contents: %w",
+				hdr.Name, hdr.Size, a.opts.MaxBytes, ErrTooLarge)
+		}
+		a.charged += hdr.Size
+	}
 	name := Clean(hdr.Name)
 	if name == "" {
 		// The destination itself ("./"): keep it as it is.
 		return nil
 	}
+	if a.opts.Whiteouts {
+		if marker, err := a.whiteout(name); marker || err != nil {
+			return err
+		}
+	}
 	switch hdr.Typeflag {
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		a.skipped++
 		return nil
+	case tar.TypeGNUSparse:
+		// archive/tar reads the old GNU sparse map and returns the
+		// expanded contents, like any regular file's.
+		hdr.Typeflag = tar.TypeReg
 	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
 	default:
 		// PAX/GNU metadata is consumed by archive/tar; anything else
@@ -175,12 +290,14 @@ func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
 			return fmt.Errorf("make parent of %s: %w", name, err)
 		}
 	}
+	replacedWhiteout := false
 	existing, err := a.dst.Lstat(name)
 	if err == nil {
 		if hdr.Typeflag == tar.TypeDir && existing.IsDir() {
 			a.dirs = append(a.dirs, dirAttr{name, mode(hdr), hdr.ModTime})
 			return a.chown(name, hdr)
 		}
+		replacedWhiteout = a.opts.Whiteouts && isWhiteout(existing)
 		if err := a.dst.RemoveAll(name); err != nil {
 			return fmt.Errorf("replace %s: %w", name, err)
 		}
@@ -193,41 +310,25 @@ func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
 		if err := a.dst.Mkdir(name, 0o700); err != nil {
 			return fmt.Errorf("mkdir %s: %w", name, err)
 		}
+		if replacedWhiteout {
+			// The layer deleted the lower directory, then made its own.
+			if err := a.setOpaque(name); err != nil {
+				return err
+			}
+		}
 		a.dirs = append(a.dirs, dirAttr{name, mode(hdr), hdr.ModTime})
 	case tar.TypeReg: // archive/tar reports the old TypeRegA as TypeReg
-		if hdr.Size < 0 || hdr.Size > a.opts.MaxBytes-a.written {
-			return fmt.Errorf("%s: more than %d bytes of files: %w", name, a.opts.MaxBytes, ErrTooLarge)
-		}
-		f, err := a.dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return fmt.Errorf("create %s: %w", name, err)
-		}
-		src := &readErr{r: io.LimitReader(r, hdr.Size)}
-		n, err := io.Copy(f, src)
-		a.written += n
-		if err == nil && n != hdr.Size {
-			err = io.ErrUnexpectedEOF
-		}
-		if src.err != nil || errors.Is(err, io.ErrUnexpectedEOF) {
-			err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
-		}
-		if err == nil {
-			err = f.Chmod(mode(hdr))
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-		if !hdr.ModTime.IsZero() {
-			_ = a.dst.Chtimes(name, hdr.ModTime, hdr.ModTime)
+		if err := a.file(name, hdr, r); err != nil {
+			return err
 		}
 	case tar.TypeSymlink:
 		// The target is stored as is: it is resolved later only inside the
 		// sandbox's own root, and os.Root refuses to go through it here.
 		if err := a.dst.Symlink(hdr.Linkname, name); err != nil {
 			return fmt.Errorf("symlink %s: %w", name, err)
+		}
+		if !hdr.ModTime.IsZero() {
+			_ = lchtimes(a.dst, name, hdr.ModTime)
 		}
 	case tar.TypeLink:
 		target := Clean(hdr.Linkname)
@@ -249,6 +350,58 @@ func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
 	return a.chown(name, hdr)
 }
 
+// file writes the regular file name from r, whose size the caller checked.
+func (a *applier) file(name string, hdr *tar.Header, r io.Reader) error {
+	f, err := a.dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	err = a.copySparse(f, r, hdr.Size)
+	if err == nil {
+		err = f.Chmod(mode(hdr))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if !hdr.ModTime.IsZero() {
+		_ = a.dst.Chtimes(name, hdr.ModTime, hdr.ModTime)
+	}
+	return nil
+}
+
+// copySparse copies size bytes from r to the new file f, seeking over
+// all-zero blocks instead of writing them.
+func (a *applier) copySparse(f *os.File, r io.Reader, size int64) error {
+	if a.buf == nil {
+		a.buf = make([]byte, holeBlock)
+	}
+	for done := int64(0); done < size; {
+		b := a.buf[:min(int64(len(a.buf)), size-done)]
+		n, err := io.ReadFull(r, b)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return a.inputErr(err)
+		}
+		if bytes.Equal(b, zeroBlock[:n]) {
+			_, err = f.Seek(int64(n), io.SeekCurrent)
+		} else {
+			_, err = f.Write(b)
+		}
+		if err != nil {
+			return err
+		}
+		done += int64(n)
+		a.written += int64(n)
+	}
+	// A trailing hole leaves the file short until it is truncated.
+	return f.Truncate(size)
+}
+
 func (a *applier) chown(name string, hdr *tar.Header) error {
 	if !a.opts.KeepOwners {
 		return nil
@@ -268,17 +421,11 @@ func (a *applier) chown(name string, hdr *tar.Header) error {
 	return nil
 }
 
-// readErr remembers the error of the archive side of a copy, so that a
-// corrupt archive is told apart from a failing disk.
-type readErr struct {
-	r   io.Reader
-	err error
-}
-
-func (r *readErr) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
-		r.err = err
-	}
-	return n, err
+// lchtimes sets the times of name under root without following a symlink
+// in its last component.
+func lchtimes(root *os.Root, name string, t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return inParent(root, name, func(dirfd int, base string) error {
+		return unix.UtimesNanoAt(dirfd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
+	})
 }

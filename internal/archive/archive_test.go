@@ -162,6 +162,46 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name: "write through a chain of symlinks fails",
+			entries: []entry{
+				{name: "l1", typ: tar.TypeSymlink, link: "l2"},
+				{name: "l2", typ: tar.TypeSymlink, link: "../"},
+				{name: "l1/pwned", typ: tar.TypeReg, body: "x"},
+			},
+			wantErr: fs.ErrNotExist,
+		},
+		{
+			name: "file replaces a hard link instead of writing through it",
+			entries: []entry{
+				{name: "f", typ: tar.TypeReg, body: "orig"},
+				{name: "h", typ: tar.TypeLink, link: "f"},
+				{name: "h", typ: tar.TypeReg, body: "new"},
+			},
+			check: func(t *testing.T, dst string) {
+				wantFile(t, dst, "f", "orig")
+				wantFile(t, dst, "h", "new")
+			},
+		},
+		{
+			name: "hard link to a symlink fails",
+			entries: []entry{
+				{name: "s", typ: tar.TypeSymlink, link: "../canary"},
+				{name: "h", typ: tar.TypeLink, link: "s"},
+			},
+			wantErr: errdefs.ErrInvalidArgument,
+		},
+		{
+			name: "whiteout names are plain files without Whiteouts",
+			entries: []entry{
+				{name: ".wh.a", typ: tar.TypeReg, body: "1"},
+				{name: "d/.wh..wh..opq", typ: tar.TypeReg, body: "2"},
+			},
+			check: func(t *testing.T, dst string) {
+				wantFile(t, dst, ".wh.a", "1")
+				wantFile(t, dst, "d/.wh..wh..opq", "2")
+			},
+		},
+		{
 			name: "hard link outside fails",
 			entries: []entry{
 				{name: "h", typ: tar.TypeLink, link: "../canary"}, // confined to dst/canary: missing

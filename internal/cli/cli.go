@@ -167,7 +167,7 @@ for a TCP daemon is read from CORRAL_TOKEN.`,
 	root.AddCommand(
 		a.serveCmd(), a.agentCmd(),
 		a.createCmd(), a.runCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.psCmd(),
-		a.cpCmd(), a.versionCmd(), a.imageCmd(), a.benchCmd(),
+		a.cpCmd(), a.versionCmd(), a.imageCmd(), a.buildCmd(), a.benchCmd(),
 	)
 	return root
 }

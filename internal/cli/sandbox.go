@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/spec"
 	"github.com/corral-sandbox/corral/internal/version"
 )
 
@@ -102,17 +106,33 @@ func parseKV(kvs []string, flag string) (map[string]string, error) {
 
 func (a *app) createCmd() *cobra.Command {
 	var f createFlags
+	var specFile string
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox, print its ID",
+		Long: `Create and start a sandbox and print its ID.
+
+With --spec, the spec is built first (as "corral build -f FILE" would; an
+unchanged spec is taken from the cache at once, a spec without a name gets
+one from its path) and the sandbox is made from the built image: the image's
+env, workdir, user and limits apply, and flags given here override them.`,
 		Example: `  corral create
   corral create --image python --memory 1g --cpus 2 --pids 256 --name web
-  corral create --env API_URL=http://x --label team=ml --timeout 1h`,
+  corral create --env API_URL=http://x --label team=ml --timeout 1h
+  corral create --spec corral.yaml --memory 2g`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := f.request()
 			if err != nil {
 				return err
+			}
+			if specFile != "" {
+				// Build output goes to stderr: stdout is the ID alone.
+				img, err := a.build(cmd.Context(), buildFlags{file: specFile, tag: specTag(specFile)}, a.streams.Err)
+				if err != nil {
+					return err
+				}
+				req.Image = img.Name
 			}
 			c, err := a.client()
 			if err != nil {
@@ -128,7 +148,23 @@ func (a *app) createCmd() *cobra.Command {
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().StringVar(&f.user, "user", "", "default user of commands (name or uid)")
+	cmd.Flags().StringVar(&specFile, "spec", "", "build this spec (corral.yaml) and create from its image")
+	cmd.MarkFlagsMutuallyExclusive("spec", "image")
 	return cmd
+}
+
+// specTag is the image name create --spec builds: empty (the spec's own
+// name) when the spec names its image, else one derived from its path.
+func specTag(file string) string {
+	if sp, err := spec.Load(file); err != nil || sp.Name != "" {
+		return "" // a load error is reported by the build
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		abs = file
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "spec-" + hex.EncodeToString(sum[:6])
 }
 
 func (a *app) lsCmd() *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
@@ -60,6 +61,20 @@ type Config struct {
 	DiskPoolSize int `toml:"disk_pool_size"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
+	// DebianMirror is the mirror `corral image bootstrap` uses; empty means
+	// the first Debian archive in the host's apt sources.
+	DebianMirror string `toml:"debian_mirror"`
+	// Registry configures image pulls. Credentials come from the docker
+	// config file of the daemon's user ($DOCKER_CONFIG/config.json, else
+	// ~/.docker/config.json), as `docker login` writes it.
+	Registry Registry `toml:"registry"`
+}
+
+// Registry configures image pulls.
+type Registry struct {
+	// Insecure allows plain HTTP to registries other than localhost
+	// (which always may use it). For registries on a trusted network only.
+	Insecure bool `toml:"insecure"`
 }
 
 // Resources are the default limits of a sandbox.
@@ -168,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if err := identifiers.Validate("cgroup_parent", c.CgroupParent); err != nil {
 		return err
+	}
+	if m := c.DebianMirror; m != "" && !strings.HasPrefix(m, "http://") && !strings.HasPrefix(m, "https://") && !strings.HasPrefix(m, "file:/") {
+		return bad("debian_mirror %q must be an http://, https:// or file:/ URL", m)
 	}
 	if c.LogLevel != "" {
 		switch c.LogLevel {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -25,9 +24,11 @@ import (
 
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/build"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/httpapi"
 	"github.com/corral-sandbox/corral/internal/image"
+	"github.com/corral-sandbox/corral/internal/image/source"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/meta"
 	"github.com/corral-sandbox/corral/internal/runtime/oci"
@@ -94,7 +95,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	}
 	d.closers = append(d.closers, layers.Close)
 
-	images, err := image.New(filepath.Join(cfg.Root, "images"), layers)
+	images, err := image.New(filepath.Join(cfg.Root, "images"), layers,
+		image.WithDebianMirror(cfg.DebianMirror),
+		image.WithRegistry(source.RegistryOptions{Insecure: cfg.Registry.Insecure}))
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
@@ -153,9 +156,20 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, err
 	}
 
+	// Uploads (archives to load, build contexts) wait here while used;
+	// what a killed daemon left is removed at start.
+	uploads := filepath.Join(cfg.Root, "uploads")
+	if err := os.RemoveAll(uploads); err != nil {
+		return nil, fmt.Errorf("clean uploads: %w", err)
+	}
+	if err := os.MkdirAll(uploads, 0o700); err != nil {
+		return nil, fmt.Errorf("uploads: %w", err)
+	}
 	d.api, err = httpapi.New(httpapi.Config{
-		Manager: m,
-		Images:  imageAPI{images},
+		Manager:   m,
+		Images:    images,
+		Builder:   build.New(images, m),
+		UploadDir: uploads,
 		Version: rest.Version{
 			Version:   version.Version,
 			GoVersion: goruntime.Version(),
@@ -342,13 +356,4 @@ func cgroupMode() string {
 		return "hybrid"
 	}
 	return "v1"
-}
-
-// imageAPI adapts the image store to httpapi.Images.
-type imageAPI struct{ s *image.Store }
-
-func (a imageAPI) List(ctx context.Context) ([]sandbox.Image, error) { return a.s.List(ctx) }
-func (a imageAPI) Remove(ctx context.Context, name string) error     { return a.s.Remove(ctx, name) }
-func (a imageAPI) Import(ctx context.Context, name string, r io.Reader) (sandbox.Image, error) {
-	return a.s.ImportTar(ctx, name, r)
 }

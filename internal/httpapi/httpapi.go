@@ -1,5 +1,7 @@
 // Package httpapi serves Corral's HTTP API: the control-plane REST routes
-// (sandboxes, images, version; documented in api/openapi.yaml) and the data
+// (sandboxes, images, builds, version; documented in api/openapi.yaml;
+// pulls, loads, bootstraps and builds answer with an application/x-ndjson
+// stream of rest.Event) and the data
 // plane, which reverse-proxies the agent protocol of each sandbox. It is the
 // only place where error classes become HTTP status codes.
 package httpapi
@@ -13,14 +15,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/api"
 	"github.com/corral-sandbox/corral/api/rest"
-	"github.com/corral-sandbox/corral/internal/identifiers"
+	"github.com/corral-sandbox/corral/internal/build"
+	"github.com/corral-sandbox/corral/internal/image"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -31,24 +33,56 @@ const maxJSONBody = 1 << 20
 // SandboxIDHeader selects the sandbox of an E2B-style data-plane request.
 const SandboxIDHeader = "E2b-Sandbox-Id"
 
-// Images is what the API needs from the image store.
+// Images is what the API needs from the image store (*image.Store). Image
+// names are references ("py-agent", "debian:bookworm",
+// "127.0.0.1:5000/team/py:1") checked with image.ValidateName. Every method
+// returns errdefs.ErrNotFound for an unknown image and
+// errdefs.ErrInvalidArgument for bad input.
 type Images interface {
 	List(ctx context.Context) ([]sandbox.Image, error)
-	// Import makes image name from a tar (optionally gzip-compressed) of a
-	// root file system.
-	Import(ctx context.Context, name string, r io.Reader) (sandbox.Image, error)
-	// Remove deletes image name; errdefs.ErrNotFound when missing.
+	Inspect(ctx context.Context, name string) (image.Info, error)
+	// ImportTar makes image name from a tar (optionally gzip-compressed) of
+	// a root file system.
+	ImportTar(ctx context.Context, name string, r io.Reader) (sandbox.Image, error)
+	// Remove untags name and collects the layers nothing else references;
+	// running sandboxes keep theirs.
 	Remove(ctx context.Context, name string) error
+	Tag(ctx context.Context, src, dst string) (sandbox.Image, error)
+	Prune(ctx context.Context, o image.PruneOptions) (image.PruneReport, error)
+	// Pull, Load and Bootstrap report as they go to progress (or logw) and
+	// stop when ctx ends.
+	Pull(ctx context.Context, ref string, o image.PullOptions, progress image.ProgressFunc) (sandbox.Image, error)
+	// Load reads a docker-save or OCI archive (maybe gzip) or an OCI layout
+	// directory at file.
+	Load(ctx context.Context, file string, o image.LoadOptions, progress image.ProgressFunc) (sandbox.Image, error)
+	Bootstrap(ctx context.Context, ref string, o image.BootstrapOptions, logw io.Writer) (sandbox.Image, error)
 }
+
+// Builder builds images from specs (*build.Builder). A failed step is a
+// *build.StepError.
+type Builder interface {
+	Build(ctx context.Context, o build.Options) (sandbox.Image, error)
+}
+
+// DefaultMaxUploadBytes bounds uploaded archives and build contexts.
+const DefaultMaxUploadBytes = 32 << 30
 
 // Config wires a Server.
 type Config struct {
 	Manager *sandbox.Manager
 	Images  Images
+	// Builder serves POST /v1/build; nil answers 501.
+	Builder Builder
 	// Version is returned by GET /v1/version.
 	Version rest.Version
 	// Dial connects to an agent address; nil means DialAgent.
 	Dial DialFunc
+	// UploadDir holds uploaded archives and build contexts while they are
+	// used (removed after); empty means os.TempDir().
+	UploadDir string
+	// MaxUploadBytes bounds one upload (an archive to load, the file
+	// contents of a build context); 0 means DefaultMaxUploadBytes.
+	MaxUploadBytes int64
 }
 
 // Server is the HTTP API.
@@ -65,6 +99,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Dial == nil {
 		cfg.Dial = DialAgent
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	s.proxy = newAgentProxy(cfg.Manager, cfg.Dial)
@@ -93,8 +130,15 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"GET /v1/sandboxes/{id}":             s.getSandbox,
 		"DELETE /v1/sandboxes/{id}":          s.deleteSandbox,
 		"GET /v1/images":                     s.listImages,
-		"POST /v1/images/{name}":             s.importImage,
-		"DELETE /v1/images/{name}":           s.removeImage,
+		"GET /v1/images/{name...}":           s.inspectImage,
+		"DELETE /v1/images/{name...}":        s.removeImage,
+		"POST /v1/images/import":             s.importImage,
+		"POST /v1/images/pull":               s.pullImage,
+		"POST /v1/images/load":               s.loadImage,
+		"POST /v1/images/bootstrap":          s.bootstrapImage,
+		"POST /v1/images/tag":                s.tagImage,
+		"POST /v1/images/prune":              s.pruneImages,
+		"POST /v1/build":                     s.build,
 		"/v1/sandboxes/{id}/agent/{rest...}": s.agentByPath,
 		"/process.Process/{method}":          s.agentByHeader,
 		"/filesystem.Filesystem/{method}":    s.agentByHeader,
@@ -223,51 +267,6 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
-	imgs, err := s.cfg.Images.List(r.Context())
-	if err != nil {
-		writeError(r.Context(), w, err)
-		return
-	}
-	out := rest.ImageList{Images: make([]rest.Image, 0, len(imgs))}
-	for _, i := range imgs {
-		out.Images = append(out.Images, s.toImage(i))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := identifiers.Validate("image name", name); err != nil {
-		writeError(r.Context(), w, err)
-		return
-	}
-	img, err := s.cfg.Images.Import(r.Context(), name, r.Body)
-	if err != nil {
-		writeError(r.Context(), w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, s.toImage(img))
-}
-
-func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := identifiers.Validate("image name", name); err != nil {
-		writeError(r.Context(), w, err)
-		return
-	}
-	if ids := s.cfg.Manager.ImageInUse(name); len(ids) > 0 {
-		writeError(r.Context(), w, fmt.Errorf("image %s is used by sandboxes %s: %w",
-			name, strings.Join(ids, ", "), errdefs.ErrFailedPrecondition))
-		return
-	}
-	if err := s.cfg.Images.Remove(r.Context(), name); err != nil {
-		writeError(r.Context(), w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
 func (s *Server) agentByPath(w http.ResponseWriter, r *http.Request) {
 	s.proxy.serve(w, r, r.PathValue("id"), "/"+r.PathValue("rest"))
 }
@@ -279,13 +278,6 @@ func (s *Server) agentByHeader(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.proxy.serve(w, r, id, r.URL.Path)
-}
-
-func (s *Server) toImage(i sandbox.Image) rest.Image {
-	return rest.Image{
-		Name: i.Name, Created: i.Created, Size: i.Size, Layers: i.Layers,
-		Builtin: i.Builtin, Default: i.Name == s.cfg.Manager.DefaultImage(),
-	}
 }
 
 func toSandbox(rec sandbox.Record) rest.Sandbox {

@@ -19,10 +19,14 @@ import (
 )
 
 type fixture struct {
-	env   *sandboxtest.Env
-	m     *sandbox.Manager
-	srv   *httptest.Server
-	agent *httptest.Server
+	env     *sandboxtest.Env
+	images  *fakeImages
+	builder *fakeBuilder
+	// uploads is the server's UploadDir.
+	uploads string
+	m       *sandbox.Manager
+	srv     *httptest.Server
+	agent   *httptest.Server
 	// agentReqs receives a summary of each request the fake agent gets.
 	agentReqs chan string
 	// release lets the fake agent's stream send its last chunk.
@@ -31,7 +35,10 @@ type fixture struct {
 
 func newFixture(t *testing.T, token string) *fixture {
 	t.Helper()
-	f := &fixture{env: sandboxtest.NewEnv(), agentReqs: make(chan string, 16), release: make(chan struct{})}
+	f := &fixture{
+		env: sandboxtest.NewEnv(), images: newFakeImages(), builder: &fakeBuilder{}, uploads: t.TempDir(),
+		agentReqs: make(chan string, 16), release: make(chan struct{}),
+	}
 	f.agent = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		f.agentReqs <- fmt.Sprintf("%s %s %s?%s auth=%q sbx=%q body=%q", r.Proto, r.Method, r.URL.Path, r.URL.RawQuery,
@@ -59,7 +66,10 @@ func newFixture(t *testing.T, token string) *fixture {
 	}
 	t.Cleanup(func() { m.Close() })
 	f.m = m
-	s, err := New(Config{Manager: m, Images: f.env.Images, Version: rest.Version{Version: "test", Runtimes: m.Runtimes()}})
+	s, err := New(Config{
+		Manager: m, Images: f.images, Builder: f.builder, Version: rest.Version{Version: "test", Runtimes: m.Runtimes()},
+		UploadDir: f.uploads, MaxUploadBytes: testMaxUpload,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,14 +151,6 @@ func TestControlPlane(t *testing.T) {
 		{"bad runtime", "POST", "/v1/sandboxes", `{"runtime":"runsc"}`, 400, "invalid_argument", "runtime"},
 		{"bad force", "DELETE", "/v1/sandboxes/web?force=maybe", "", 400, "invalid_argument", "force"},
 		{"images", "GET", "/v1/images", "", 200, "", `"default": true`},
-		{"import", "POST", "/v1/images/mine", "tar bytes", 201, "", `"size": 9`},
-		{"import again", "POST", "/v1/images/mine", "tar bytes", 409, "already_exists", "mine"},
-		{"import bad name", "POST", "/v1/images/..", "x", 404, "", ""},
-		{"import bad name 2", "POST", "/v1/images/a..b", "x", 400, "invalid_argument", "image name"},
-		{"remove in use", "DELETE", "/v1/images/host", "", 412, "failed_precondition", sb.ID},
-		{"remove builtin", "DELETE", "/v1/images/busybox", "", 412, "failed_precondition", "built in"},
-		{"remove", "DELETE", "/v1/images/mine", "", 204, "", ""},
-		{"remove missing", "DELETE", "/v1/images/mine", "", 404, "not_found", "mine"},
 		{"delete", "DELETE", "/v1/sandboxes/web", "", 204, "", ""},
 		{"delete again", "DELETE", "/v1/sandboxes/web", "", 404, "not_found", "web"},
 		{"wrong method", "PUT", "/v1/sandboxes", "", 405, "", ""},

@@ -117,38 +117,19 @@ func (s *Store) EnsureBuiltins(ctx context.Context) error {
 		}
 		img := b.image
 		img.Name, img.TopLayer, img.Builtin, img.Created = b.name, key, true, time.Now().UTC()
-		if _, err := s.register(ctx, record{Image: img, BuiltinVersion: b.version}, true); err != nil {
+		if _, err := s.register(ctx, record{Image: img, Source: "builtin", BuiltinVersion: b.version}, true); err != nil {
 			_ = s.layers.RemoveLayer(ctx, key)
 			return err
 		}
 	}
-	s.collectBuiltinLayers(ctx)
+	// Collect replaced built-in layers and whatever an interrupted import
+	// or pull left unrecorded; layers a sandbox still uses stay.
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	if _, err := s.collect(ctx, false); err != nil {
+		log.G(ctx).Warn("collect layers", "error", err)
+	}
 	return nil
-}
-
-// collectBuiltinLayers removes built-in layers no record points to; those a
-// sandbox still uses stay until a later start.
-func (s *Store) collectBuiltinLayers(ctx context.Context) {
-	layers, err := s.layers.Layers(ctx)
-	if err != nil {
-		return
-	}
-	imgs, err := s.List(ctx)
-	if err != nil {
-		return
-	}
-	used := map[string]bool{}
-	for _, i := range imgs {
-		used[i.TopLayer] = true
-	}
-	for _, l := range layers {
-		if !strings.HasPrefix(l.Key, builtinLayerPrefix) || used[l.Key] {
-			continue
-		}
-		if err := s.layers.RemoveLayer(ctx, l.Key); err != nil {
-			log.G(ctx).Info("keep old built-in layer", "layer", l.Key, "reason", err)
-		}
-	}
 }
 
 func makeDirs(root *os.Root, dirs []dirSpec, chown bool) error {

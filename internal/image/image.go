@@ -6,6 +6,7 @@ package image
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/internal/archive"
-	"github.com/corral-sandbox/corral/internal/identifiers"
+	"github.com/corral-sandbox/corral/internal/image/source"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
@@ -39,21 +40,38 @@ type Store struct {
 
 	// mu serialises registering and removing records.
 	mu sync.Mutex
+	// gcMu keeps the collector (write lock) away from layers that an
+	// import, pull or build (read lock) made but has not yet recorded.
+	gcMu sync.RWMutex
 }
 
 // Opt configures New.
 type Opt func(*options)
 
 type options struct {
-	archive   archive.Options
-	hostEtc   string
-	busybox   string
-	hostRoot  string
-	keepOwner bool
+	archive      archive.Options
+	registry     source.RegistryOptions
+	debianMirror string
+	debootstrap  string
+	hostEtc      string
+	busybox      string
+	hostRoot     string
+	keepOwner    bool
 }
 
 // WithArchiveOptions bounds imported tarballs (size, entries).
 func WithArchiveOptions(o archive.Options) Opt { return func(so *options) { so.archive = o } }
+
+// WithRegistry sets how registries are reached (credentials, insecure
+// registries, transport).
+func WithRegistry(o source.RegistryOptions) Opt { return func(so *options) { so.registry = o } }
+
+// WithDebianMirror sets the mirror Bootstrap uses by default.
+func WithDebianMirror(url string) Opt { return func(so *options) { so.debianMirror = url } }
+
+// WithDebootstrap sets the debootstrap binary (a name looked up in PATH, or
+// a path).
+func WithDebootstrap(bin string) Opt { return func(so *options) { so.debootstrap = bin } }
 
 // WithHost sets where the host image copies its files from: the host's root
 // directory (for the merged-usr symlinks), its /etc, and the busybox binary.
@@ -66,7 +84,18 @@ func WithHost(root, etc, busybox string) Opt {
 // images made by an older daemon.
 type record struct {
 	sandbox.Image
-	BuiltinVersion int `json:"builtin_version,omitempty"`
+	// Source says where the image came from: "builtin", "import",
+	// "registry", "archive", "layout", "bootstrap" or "build".
+	Source string `json:"source,omitempty"`
+	// Reference is what the image was made from: a registry reference, an
+	// archive's tag, a bootstrap suite or a spec file.
+	Reference string `json:"reference,omitempty"`
+	// Digest is the manifest digest of a pulled or loaded image.
+	Digest string `json:"digest,omitempty"`
+	// Spec holds the runtime settings of an image built from a spec that
+	// the Manager does not apply itself (network, secrets, ports).
+	Spec           *RuntimeSpec `json:"spec,omitempty"`
+	BuiltinVersion int          `json:"builtin_version,omitempty"`
 }
 
 // New opens (creating it if needed) the image store at root on layers.
@@ -79,19 +108,36 @@ func New(root string, layers *overlay.Store, opts ...Opt) (*Store, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	return &Store{root: root, layers: layers, opts: o}, nil
+	s := &Store{root: root, layers: layers, opts: o}
+	if err := s.migrate(context.Background()); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	return s, nil
 }
 
-func (s *Store) recordPath(name string) string { return filepath.Join(s.root, name+".json") }
+// recordPath is where the record of name lives: a digest of the name, since
+// image names hold '/' and ':' (the record holds the name itself).
+func (s *Store) recordPath(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return filepath.Join(s.root, hex.EncodeToString(sum[:16])+".json")
+}
 
 func (s *Store) read(name string) (record, error) {
+	r, err := readRecord(s.recordPath(name))
+	if err == nil && r.Name != name {
+		return record{}, fmt.Errorf("image %s: record holds %q: %w", name, r.Name, fs.ErrNotExist)
+	}
+	return r, err
+}
+
+func readRecord(p string) (record, error) {
 	var r record
-	b, err := os.ReadFile(s.recordPath(name))
+	b, err := os.ReadFile(p)
 	if err != nil {
 		return r, err
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("image %s record: %w", name, err)
+		return r, fmt.Errorf("image record %s: %w", filepath.Base(p), err)
 	}
 	return r, nil
 }
@@ -115,7 +161,7 @@ func (s *Store) write(r record) error {
 
 // Get returns the image name; errdefs.ErrNotFound lists the known names.
 func (s *Store) Get(ctx context.Context, name string) (sandbox.Image, error) {
-	if err := identifiers.Validate("image name", name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return sandbox.Image{}, err
 	}
 	r, err := s.read(name)
@@ -146,24 +192,41 @@ func (s *Store) withLayers(img sandbox.Image) sandbox.Image {
 
 // List returns all images sorted by name.
 func (s *Store) List(ctx context.Context) ([]sandbox.Image, error) {
+	rs, err := s.records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.Image, len(rs))
+	for i, r := range rs {
+		out[i] = s.withLayers(r.Image)
+	}
+	return out, nil
+}
+
+// records reads every image record, sorted by name.
+func (s *Store) records(ctx context.Context) ([]record, error) {
 	ents, err := os.ReadDir(s.root)
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
-	var out []sandbox.Image
+	var out []record
 	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || identifiers.Validate("image name", name) != nil {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		r, err := s.read(name)
+		p := filepath.Join(s.root, e.Name())
+		r, err := readRecord(p)
 		if err != nil {
-			log.G(ctx).Warn("skip unreadable image record", "image", name, "error", err)
+			log.G(ctx).Warn("skip unreadable image record", "file", e.Name(), "error", err)
 			continue
 		}
-		out = append(out, s.withLayers(r.Image))
+		if ValidateName(r.Name) != nil || p != s.recordPath(r.Name) {
+			log.G(ctx).Warn("skip misplaced image record", "file", e.Name(), "image", r.Name)
+			continue
+		}
+		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b sandbox.Image) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b record) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -220,22 +283,32 @@ func copyTree(ctx context.Context, src *os.Root, p, dst string, opts archive.Opt
 }
 
 func (s *Store) importLayer(ctx context.Context, name string, fill func(ctx context.Context, dir string) error) (sandbox.Image, error) {
-	if err := identifiers.Validate("image name", name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return sandbox.Image{}, err
 	}
 	if _, err := s.read(name); err == nil {
 		return sandbox.Image{}, fmt.Errorf("image %q: %w", name, errdefs.ErrAlreadyExists)
 	}
-	key := "img-" + randomHex()
-	if err := s.layers.CreateLayer(ctx, key, "", func(dir string) error { return fill(ctx, dir) }); err != nil {
+	s.gcMu.RLock() // no collection between the layer and its record
+	defer s.gcMu.RUnlock()
+	key, _, err := s.layers.AddLayer(ctx, "", func(dir string) (string, string, error) {
+		if err := fill(ctx, dir); err != nil {
+			return "", "", err
+		}
+		diffID, err := digestTree(dir)
+		if err != nil {
+			return "", "", err
+		}
+		return layerKey("", diffID), diffID, nil
+	})
+	if err != nil {
 		return sandbox.Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
-	img, err := s.register(ctx, record{Image: sandbox.Image{
+	img, err := s.register(ctx, record{Source: "import", Image: sandbox.Image{
 		Name: name, TopLayer: key, Workdir: "/", Created: time.Now().UTC(),
 		Env: []string{"PATH=" + defaultPath},
 	}}, false)
 	if err != nil {
-		_ = s.layers.RemoveLayer(ctx, key)
 		return sandbox.Image{}, err
 	}
 	return s.withLayers(img), nil
@@ -261,29 +334,42 @@ func (s *Store) register(ctx context.Context, r record, replace bool) (sandbox.I
 	return r.Image, nil
 }
 
-// Remove deletes the image name and its layer. Built-in images and images
-// whose layer a sandbox uses fail with errdefs.ErrFailedPrecondition.
+// Remove deletes the image name, then the layers that no other image, no
+// sandbox and no build-cache entry refers to. Built-in images fail with
+// errdefs.ErrFailedPrecondition. Sandboxes made from the image keep
+// running: their layers stay until they are gone (then `image prune`, or
+// the next Remove, collects them).
 func (s *Store) Remove(ctx context.Context, name string) error {
-	if err := identifiers.Validate("image name", name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r, err := s.read(name)
 	if errors.Is(err, fs.ErrNotExist) {
+		s.mu.Unlock()
 		return fmt.Errorf("image %q: %w", name, errdefs.ErrNotFound)
 	}
 	if err != nil {
+		s.mu.Unlock()
 		return err
 	}
 	if r.Builtin {
+		s.mu.Unlock()
 		return fmt.Errorf("image %s is built in: %w", name, errdefs.ErrFailedPrecondition)
 	}
-	if err := s.layers.RemoveLayer(ctx, r.TopLayer); err != nil {
+	err = os.Remove(s.recordPath(name))
+	s.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("remove image %s: %w", name, err)
 	}
-	if err := os.Remove(s.recordPath(name)); err != nil {
-		return fmt.Errorf("remove image %s: %w", name, err)
+	log.G(ctx).Info("image removed", "image", name)
+	// Collect now unless an import or build is under way (it holds the
+	// collector off); the next prune does it then.
+	if s.gcMu.TryLock() {
+		defer s.gcMu.Unlock()
+		if _, err := s.collect(ctx, false); err != nil {
+			log.G(ctx).Warn("collect layers", "error", err)
+		}
 	}
 	return nil
 }

@@ -391,7 +391,7 @@ func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error
 	}
 	ctx = log.With(ctx, "sandbox", rec.ID)
 	cleanup.Do(ctx, func(ctx context.Context) {
-		err = m.teardown(ctx, b, rec, force)
+		err = m.teardown(ctx, b, rec, force, nil)
 	})
 	if err != nil {
 		return err
@@ -400,8 +400,45 @@ func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error
 	return nil
 }
 
+// Commit removes the sandbox idOrName like Delete and, once its
+// processes are gone and its root file system is unmounted, and before its
+// writable layer is removed, calls commit with the key of that writable
+// layer, so that its changes can be kept as a committed layer (builds do).
+// The sandbox is gone when Commit returns, whatever commit returned (that
+// error is returned), unless the teardown itself fails: then, as with
+// Delete, the sandbox is left in state "error" and commit is not called.
+func (m *Manager) Commit(ctx context.Context, idOrName string, commit func(ctx context.Context, layerKey string) error) error {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	m.mu.Lock()
+	gone, rec := b.gone, b.rec
+	m.mu.Unlock()
+	if gone {
+		return fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
+	}
+	ctx = log.With(ctx, "sandbox", rec.ID)
+	var cerr error
+	cleanup.Do(ctx, func(tctx context.Context) {
+		err = m.teardown(tctx, b, rec, false, func(context.Context) {
+			// The commit is part of the caller's request: it ends with ctx.
+			cerr = commit(ctx, rec.ID)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	log.G(ctx).Info("sandbox committed and removed", "error", cerr)
+	return cerr
+}
+
 // teardown removes what rec owns; the caller holds b.op.
-func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool) error {
+// beforeRemove, when set, runs after the runtime deleted the sandbox and
+// before its writable layer is removed.
+func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, beforeRemove func(context.Context)) error {
 	fail := func(err error) error {
 		if force {
 			log.G(ctx).Warn("forced removal: ignoring error", "error", err)
@@ -430,6 +467,9 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool) 
 		}
 	} else if err := fail(fmt.Errorf("runtime %q of sandbox %s is not available: %w", rec.Runtime, rec.ID, errdefs.ErrFailedPrecondition)); err != nil {
 		return err
+	}
+	if beforeRemove != nil {
+		beforeRemove(ctx)
 	}
 	if err := m.cfg.Layers.Remove(ctx, rec.ID); err != nil {
 		if err := fail(fmt.Errorf("remove layer of %s: %w", rec.ID, err)); err != nil {
@@ -488,7 +528,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if reason := m.alive(rctx, *rec); reason != "" {
 			log.G(rctx).Info("recover: removing sandbox", "reason", reason)
 			b.op.Lock()
-			cleanup.Do(rctx, func(c context.Context) { _ = m.teardown(c, b, *rec, true) }) // force: never fails
+			cleanup.Do(rctx, func(c context.Context) { _ = m.teardown(c, b, *rec, true, nil) }) // force: never fails
 			b.op.Unlock()
 			removed++
 			continue

@@ -54,6 +54,15 @@ type CreateRequest struct {
 	// Timeout removes the sandbox that long after creation; 0 = never.
 	Timeout time.Duration
 	Runtime string
+
+	// Base, when set, is the image to use instead of looking Image up
+	// (Image is then only the name recorded). Builds use it for their
+	// intermediate steps; the API never sets it.
+	Base *Image
+	// HostNetwork shares the host's network namespace instead of giving
+	// the sandbox a loopback-only one. Only builds set it (their steps
+	// fetch packages); the API never does.
+	HostNetwork bool
 }
 
 // Store persists sandbox records (implemented by internal/meta). Writes are

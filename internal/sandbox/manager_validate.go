@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/internal/identifiers"
+	"github.com/corral-sandbox/corral/internal/spec"
 )
 
 // Upper bounds that keep a request sane.
@@ -86,12 +88,18 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		return p, invalid("runtime %q is not available (available: %s)", rtName, strings.Join(m.Runtimes(), ", "))
 	}
 	imgName := cmp.Or(req.Image, m.cfg.DefaultImage)
-	if err := identifiers.Validate("image", imgName); err != nil {
+	var img Image
+	if req.Base != nil {
+		img = *req.Base
+	} else if err := spec.ValidImageName(imgName); err != nil {
 		return p, err
-	}
-	img, err := m.cfg.Images.Get(ctx, imgName)
-	if err != nil {
+	} else if img, err = m.cfg.Images.Get(ctx, imgName); err != nil {
 		return p, m.errNotFoundImage(ctx, imgName, err)
+	}
+	// The image's own defaults (from its spec) fill what req leaves zero.
+	res, err = m.resources(mergeResources(req.Resources, img.Resources))
+	if err != nil {
+		return p, err
 	}
 	if n := req.Name; n != "" {
 		if _, err := m.lookup(n); err == nil {
@@ -127,12 +135,28 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		User:        cmp.Or(req.User, img.User, "root"),
 		Resources:   res,
 		AgentBinary: m.cfg.AgentBinary,
+		HostNetwork: req.HostNetwork,
 	}
 	for _, k := range keys {
 		spec.Env = append(spec.Env, k+"="+env[k])
 	}
+	if req.HostNetwork {
+		// Name resolution as the host does it, read-only.
+		if fi, err := os.Stat("/etc/resolv.conf"); err == nil && fi.Mode().IsRegular() {
+			spec.Binds = append(spec.Binds, Bind{Source: "/etc/resolv.conf", Target: "/etc/resolv.conf", Readonly: true})
+		}
+	}
 	p.spec = spec
 	return p, nil
+}
+
+// mergeResources fills the zero fields of r from d.
+func mergeResources(r, d Resources) Resources {
+	r.CPUs = cmp.Or(r.CPUs, d.CPUs)
+	r.MemoryBytes = cmp.Or(r.MemoryBytes, d.MemoryBytes)
+	r.DiskBytes = cmp.Or(r.DiskBytes, d.DiskBytes)
+	r.Pids = cmp.Or(r.Pids, d.Pids)
+	return r
 }
 
 func (m *Manager) resources(r Resources) (Resources, error) {

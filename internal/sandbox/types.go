@@ -50,6 +50,9 @@ type Spec struct {
 	Hostname string `json:"hostname,omitempty"`
 	// Resources are the limits, already defaulted by the Manager.
 	Resources Resources `json:"resources"`
+	// HostNetwork runs the sandbox in the host's network namespace (build
+	// steps only); otherwise it gets its own, with loopback only.
+	HostNetwork bool `json:"host_network,omitempty"`
 	// AgentBinary is the host path of the static corral binary that runs as
 	// PID 1 ("corral agent") inside the sandbox, bind-mounted read-only.
 	AgentBinary string `json:"agent_binary"`
@@ -106,6 +109,9 @@ type Image struct {
 	// Layers is the number of read-only layers: filled by the image store's
 	// List and imports, not by Get (the create path), and never stored.
 	Layers int `json:"-"`
+	// Resources are the image's default limits (from its spec), used where
+	// a request leaves a limit zero.
+	Resources Resources `json:"resources,omitzero"`
 	// Builtin images are made by the daemon and cannot be removed.
 	Builtin bool `json:"builtin,omitempty"`
 }

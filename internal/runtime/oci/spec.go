@@ -207,6 +207,11 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
+	if s.HostNetwork {
+		sp.Linux.Namespaces = slices.DeleteFunc(sp.Linux.Namespaces, func(n specs.LinuxNamespace) bool {
+			return n.Type == specs.NetworkNamespace
+		})
+	}
 	if p.seccomp {
 		sp.Linux.Seccomp = seccompProfile()
 	}

@@ -196,3 +196,16 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("withDefaults() = %+v; want crun with seccomp", c)
 	}
 }
+
+func TestBuildSpecHostNetwork(t *testing.T) {
+	for _, host := range []bool{false, true} {
+		sp, err := buildSpec(specParams{id: "x", spec: &sandbox.Spec{HostNetwork: host, AgentBinary: "/bin/true"}, cgroupsPath: "/c/x", nofile: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hasNet := slices.ContainsFunc(sp.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.NetworkNamespace })
+		if hasNet == host {
+			t.Errorf("HostNetwork=%v: network namespace present = %v", host, hasNet)
+		}
+	}
+}

@@ -69,8 +69,11 @@ type Store struct {
 
 // Layer describes a committed layer.
 type Layer struct {
-	Key     string    `json:"key"`
-	Parent  string    `json:"parent,omitempty"`
+	Key    string `json:"key"`
+	Parent string `json:"parent,omitempty"`
+	// DiffID is the digest of the layer as an uncompressed OCI tar, when
+	// known ("sha256:...").
+	DiffID  string    `json:"diff_id,omitempty"`
 	Created time.Time `json:"created"`
 	// Size is the bytes the layer's own files use on disk.
 	Size int64 `json:"size"`
@@ -159,52 +162,79 @@ func (s *Store) CreateLayer(ctx context.Context, key, parent string, apply func(
 	if err := identifiers.Validate("layer key", key); err != nil {
 		return err
 	}
-	if err := s.checkLayer(parent); err != nil {
-		return err
-	}
 	if _, err := os.Lstat(s.path("layers", key)); err == nil {
 		return fmt.Errorf("layer %q: %w", key, errdefs.ErrAlreadyExists)
 	}
-	tmp, err := os.MkdirTemp(s.path("tmp"), "layer-"+key+"-")
+	_, existed, err := s.AddLayer(ctx, parent, func(dir string) (string, string, error) {
+		return key, "", apply(dir)
+	})
+	if err == nil && existed {
+		err = fmt.Errorf("layer %q: %w", key, errdefs.ErrAlreadyExists)
+	}
+	return err
+}
+
+// AddLayer makes a committed layer on parent whose key is known only once
+// its content is: fill fills the empty directory dir and returns the key
+// (for content-addressed layers, derived from the digest of what it wrote)
+// and the layer's diff ID ("sha256:...", or ""). When a layer with that key
+// already exists, the new copy is discarded and AddLayer reports existed:
+// identical content is stored once. A crash leaves only scratch that New
+// removes.
+func (s *Store) AddLayer(ctx context.Context, parent string, fill func(dir string) (key, diffID string, err error)) (key string, existed bool, err error) {
+	if err := s.checkLayer(parent); err != nil {
+		return "", false, err
+	}
+	tmp, err := os.MkdirTemp(s.path("tmp"), "layer-")
 	if err != nil {
-		return fmt.Errorf("create layer %s: %w", key, err)
+		return "", false, fmt.Errorf("create layer: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
 	fsDir := filepath.Join(tmp, "fs")
 	if err := os.Mkdir(fsDir, 0o755); err != nil {
-		return fmt.Errorf("create layer %s: %w", key, err)
+		return "", false, fmt.Errorf("create layer: %w", err)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("create layer %s: %w", key, err)
+		return "", false, fmt.Errorf("create layer: %w", err)
 	}
-	if err := apply(fsDir); err != nil {
-		return fmt.Errorf("create layer %s: %w", key, err)
+	key, diffID, err := fill(fsDir)
+	if err != nil {
+		return "", false, fmt.Errorf("create layer: %w", err)
+	}
+	if err := identifiers.Validate("layer key", key); err != nil {
+		return "", false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", false, err
 	}
 	size, err := diskUsage(fsDir)
 	if err != nil {
-		return fmt.Errorf("create layer %s: %w", key, err)
+		return "", false, fmt.Errorf("create layer %s: %w", key, err)
 	}
-	meta := Layer{Key: key, Parent: parent, Created: time.Now().UTC(), Size: size}
+	meta := Layer{Key: key, Parent: parent, DiffID: diffID, Created: time.Now().UTC(), Size: size}
 	if err := writeJSON(filepath.Join(tmp, "meta.json"), meta); err != nil {
-		return fmt.Errorf("create layer %s: %w", key, err)
+		return "", false, fmt.Errorf("create layer %s: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkLayer(parent); err != nil { // removed meanwhile?
-		return err
+		return "", false, err
 	}
 	if err := os.Rename(tmp, s.path("layers", key)); err != nil {
 		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
-			return fmt.Errorf("layer %q: %w", key, errdefs.ErrAlreadyExists)
+			if l, lerr := s.Layer(key); lerr == nil && l.Parent != parent {
+				return "", false, fmt.Errorf("layer %s exists on parent %q, not %q: %w", key, l.Parent, parent, errdefs.ErrAlreadyExists)
+			}
+			return key, true, nil
 		}
-		return fmt.Errorf("create layer %s: %w", key, err)
+		return "", false, fmt.Errorf("create layer %s: %w", key, err)
 	}
 	log.G(ctx).Debug("layer created", "layer", key, "parent", parent, "size", size)
-	return nil
+	return key, false, nil
 }
+
+// HasLayer reports whether the committed layer key exists.
+func (s *Store) HasLayer(key string) bool { return key != "" && s.checkLayer(key) == nil }
 
 // checkLayer returns ErrNotFound unless key is "" or a committed layer.
 func (s *Store) checkLayer(key string) error {

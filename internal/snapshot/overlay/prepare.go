@@ -132,6 +132,11 @@ func (s *Store) mounts(key, parent string) ([]mount.Mount, error) {
 				"upperdir=" + filepath.Join(disk, "upper"),
 				"workdir=" + filepath.Join(disk, "work"),
 				"index=off",
+				// Upper directories must hold plain files and whiteouts only, so
+				// that Commit can turn them into layers: no redirects, no
+				// metadata-only copies.
+				"redirect_dir=off",
+				"metacopy=off",
 			},
 		},
 	}, nil

@@ -1,0 +1,154 @@
+package build
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/image"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
+	"github.com/corral-sandbox/corral/internal/spec"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+func TestCacheKey(t *testing.T) {
+	base := cacheKey("p", "run x", "", []string{"A=1"})
+	for name, other := range map[string]string{
+		"parent": cacheKey("q", "run x", "", []string{"A=1"}),
+		"step":   cacheKey("p", "run y", "", []string{"A=1"}),
+		"inputs": cacheKey("p", "run x", "abc", []string{"A=1"}),
+		"env":    cacheKey("p", "run x", "", []string{"A=2"}),
+		"split":  cacheKey("p", "run x", "", []string{"A=1", ""}),
+	} {
+		if other == base {
+			t.Errorf("changing the %s does not change the cache key", name)
+		}
+	}
+	if cacheKey("p", "run x", "", []string{"A=1"}) != base {
+		t.Error("cacheKey is not deterministic")
+	}
+	if len(base) != 64 {
+		t.Errorf("cache key %q is not 64 hex digits", base)
+	}
+}
+
+func TestHashCopyInput(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "tools", "a.sh")
+	must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	must(t, os.WriteFile(p, []byte("v1"), 0o755))
+	c := spec.Copy{Src: "tools", Dst: "/opt/tools"}
+	h1, err := hashCopyInput(dir, c)
+	must(t, err)
+	if h, _ := hashCopyInput(dir, c); h != h1 {
+		t.Fatal("hashCopyInput is not deterministic")
+	}
+	must(t, os.WriteFile(p, []byte("v2"), 0o755))
+	h2, err := hashCopyInput(dir, c)
+	must(t, err)
+	if h2 == h1 {
+		t.Error("changed content, same hash")
+	}
+	must(t, os.Chmod(p, 0o644))
+	if h3, _ := hashCopyInput(dir, c); h3 == h2 {
+		t.Error("changed mode, same hash")
+	}
+	if h4, _ := hashCopyInput(dir, spec.Copy{Src: "tools", Dst: "/opt/tools", Owner: "1000"}); h4 == h2 {
+		t.Error("changed owner, same hash")
+	}
+	if _, err := hashCopyInput(dir, spec.Copy{Src: "missing", Dst: "/x"}); err == nil {
+		t.Error("a missing source hashed")
+	}
+	// A symlink out of the context is hashed as a link, never followed.
+	must(t, os.Symlink("/etc", filepath.Join(dir, "tools", "etc")))
+	if _, err := hashCopyInput(dir, c); err != nil {
+		t.Errorf("a symlink in the context: %v", err)
+	}
+}
+
+func TestSetupScript(t *testing.T) {
+	if s := setupScript(&spec.Spec{}); s != "" {
+		t.Errorf("setup for nothing = %q", s)
+	}
+	s := setupScript(&spec.Spec{User: "agent", Workdir: "/work space"})
+	for _, want := range []string{"id -u agent", "useradd -m", "adduser -D", "mkdir -p '/work space'", "chown 'agent' '/work space'"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("setup script lacks %q:\n%s", want, s)
+		}
+	}
+	if s := setupScript(&spec.Spec{User: "1000"}); strings.Contains(s, "useradd") {
+		t.Errorf("a numeric user is created: %s", s)
+	}
+	if got := shellQuote(`it's`); got != `'it'\''s'` {
+		t.Errorf("shellQuote = %s", got)
+	}
+	if out, err := exec.Command("sh", "-c", "printf %s "+shellQuote(`a'b"$c`)).Output(); err != nil || string(out) != `a'b"$c` {
+		t.Errorf("shellQuote through sh = %q, %v", out, err)
+	}
+}
+
+// TestCopyStep makes a copy layer directly (no sandbox): files land at the
+// destination with the requested owner and mode, parent directories take
+// their mode from the image beneath (a sticky /tmp stays sticky), and a
+// symlink in the context is copied as a link.
+func TestCopyStep(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := context.Background()
+	fake, _ := exec.LookPath("true")
+	layers, err := overlay.New(t.TempDir(), overlay.WithPoolSize(0), overlay.WithMkfs(fake))
+	must(t, err)
+	t.Cleanup(func() { layers.Close() })
+	images, err := image.New(t.TempDir(), layers)
+	must(t, err)
+	base, err := images.AddLayer(ctx, "", func(dir string) error {
+		must(t, os.MkdirAll(filepath.Join(dir, "etc"), 0o755))
+		must(t, os.Mkdir(filepath.Join(dir, "tmp"), 0o755))
+		must(t, os.Chmod(filepath.Join(dir, "tmp"), 0o777|fs.ModeSticky))
+		return os.WriteFile(filepath.Join(dir, "etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\nagent:x:1000:1001::/home/agent:/bin/sh\n"), 0o644)
+	})
+	must(t, err)
+	ctxDir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(ctxDir, "src/sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ctxDir, "src/sub/f"), []byte("data"), 0o600))
+	must(t, os.Symlink("/etc/shadow", filepath.Join(ctxDir, "src/link")))
+	st := &state{b: New(images, nil), sp: &spec.Spec{Dir: ctxDir}, base: sandbox.Image{TopLayer: base}, parent: base}
+	key, err := st.copy(ctx, spec.Copy{Src: "src", Dst: "/tmp/app", Owner: "agent", Mode: "0640"})
+	if err != nil {
+		t.Fatalf("copy = %v", err)
+	}
+	dirs, err := images.LayerDirs(key)
+	must(t, err)
+	top := dirs[0]
+	fi, err := os.Stat(filepath.Join(top, "tmp"))
+	must(t, err)
+	if fi.Mode()&fs.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("/tmp in the copy layer has mode %v; want the lower layer's 1777", fi.Mode())
+	}
+	f := filepath.Join(top, "tmp/app/sub/f")
+	fi, err = os.Stat(f)
+	must(t, err)
+	if fi.Mode().Perm() != 0o640 || fi.Sys().(interface{}) == nil {
+		t.Errorf("copied file mode %v; want 0640", fi.Mode())
+	}
+	if uid, gid := owner(fi); uid != 1000 || gid != 1001 {
+		t.Errorf("copied file owner %d:%d; want agent's 1000:1001", uid, gid)
+	}
+	if l, err := os.Readlink(filepath.Join(top, "tmp/app/link")); err != nil || l != "/etc/shadow" {
+		t.Errorf("symlink copied as %q, %v; want the link itself", l, err)
+	}
+	if _, err := st.copy(ctx, spec.Copy{Src: "src", Dst: "/x", Owner: "nobody"}); err == nil || !strings.Contains(err.Error(), "nobody") {
+		t.Errorf("copy with an unknown owner = %v; want an error naming it", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,94 @@
+package spec
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// schemaNode is the part of a JSON Schema the agreement test reads.
+type schemaNode struct {
+	Ref                  string                 `json:"$ref"`
+	Type                 any                    `json:"type"`
+	Description          string                 `json:"description"`
+	Properties           map[string]*schemaNode `json:"properties"`
+	Items                *schemaNode            `json:"items"`
+	AdditionalProperties json.RawMessage        `json:"additionalProperties"`
+	Defs                 map[string]*schemaNode `json:"$defs"`
+}
+
+// TestSchemaAgrees checks that docs/corral.schema.json and the Go types
+// describe the same fields: every yaml field (recursively) is a schema
+// property and every schema property a yaml field, objects with
+// properties forbid others, and everything has a description.
+func TestSchemaAgrees(t *testing.T) {
+	data, err := os.ReadFile("../../docs/corral.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root schemaNode
+	if err := json.Unmarshal(data, &root); err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(data, &raw)
+	if raw["$schema"] != "https://json-schema.org/draft/2020-12/schema" {
+		t.Errorf("$schema = %v; want draft 2020-12", raw["$schema"])
+	}
+	resolve := func(n *schemaNode) *schemaNode {
+		for n != nil && n.Ref != "" {
+			name, ok := strings.CutPrefix(n.Ref, "#/$defs/")
+			if !ok || root.Defs[name] == nil {
+				t.Fatalf("unresolvable $ref %q", n.Ref)
+			}
+			n = root.Defs[name]
+		}
+		return n
+	}
+	var walk func(typ reflect.Type, n *schemaNode, path string)
+	walk = func(typ reflect.Type, n *schemaNode, path string) {
+		n = resolve(n)
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			typ = typ.Elem()
+			if n.Items != nil {
+				n = resolve(n.Items)
+			}
+		}
+		if typ.Kind() != reflect.Struct {
+			return
+		}
+		if strings.TrimSpace(string(n.AdditionalProperties)) != "false" {
+			t.Errorf("%s: the schema object allows additional properties", cmpPath(path))
+		}
+		var goFields []string
+		for name, i := range yamlFields(typ) {
+			goFields = append(goFields, name)
+			p := join(path, name)
+			prop, ok := n.Properties[name]
+			if !ok {
+				t.Errorf("%s: a field of %s but not in the schema", p, typ.Name())
+				continue
+			}
+			if prop.Description == "" && resolve(prop).Description == "" {
+				t.Errorf("%s: no description in the schema", p)
+			}
+			walk(typ.Field(i).Type, prop, p)
+		}
+		for name := range n.Properties {
+			if !slices.Contains(goFields, name) {
+				t.Errorf("%s: in the schema but not a field of %s", join(path, name), typ.Name())
+			}
+		}
+	}
+	walk(reflect.TypeFor[Spec](), &root, "")
+}
+
+func cmpPath(p string) string {
+	if p == "" {
+		return "(top level)"
+	}
+	return p
+}
