@@ -377,6 +377,11 @@ func (m *Manager) Usage(ctx context.Context, idOrName string) (Usage, error) {
 // state "error" and is returned. Teardown runs on a context detached from
 // ctx.
 func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error {
+	return m.remove(ctx, idOrName, force, nil)
+}
+
+// remove tears the sandbox idOrName down (see teardown).
+func (m *Manager) remove(ctx context.Context, idOrName string, force bool, beforeRemove func(context.Context, Record)) error {
 	b, err := m.lookup(idOrName)
 	if err != nil {
 		return err
@@ -390,8 +395,13 @@ func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error
 		return fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
 	}
 	ctx = log.With(ctx, "sandbox", rec.ID)
-	cleanup.Do(ctx, func(ctx context.Context) {
-		err = m.teardown(ctx, b, rec, force, nil)
+	var hook func(context.Context)
+	if beforeRemove != nil {
+		// The hook is part of the caller's request: it ends with ctx.
+		hook = func(context.Context) { beforeRemove(ctx, rec) }
+	}
+	cleanup.Do(ctx, func(tctx context.Context) {
+		err = m.teardown(tctx, b, rec, force, hook)
 	})
 	if err != nil {
 		return err
@@ -408,30 +418,12 @@ func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error
 // error is returned), unless the teardown itself fails: then, as with
 // Delete, the sandbox is left in state "error" and commit is not called.
 func (m *Manager) Commit(ctx context.Context, idOrName string, commit func(ctx context.Context, layerKey string) error) error {
-	b, err := m.lookup(idOrName)
-	if err != nil {
-		return err
-	}
-	b.op.Lock()
-	defer b.op.Unlock()
-	m.mu.Lock()
-	gone, rec := b.gone, b.rec
-	m.mu.Unlock()
-	if gone {
-		return fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
-	}
-	ctx = log.With(ctx, "sandbox", rec.ID)
 	var cerr error
-	cleanup.Do(ctx, func(tctx context.Context) {
-		err = m.teardown(tctx, b, rec, false, func(context.Context) {
-			// The commit is part of the caller's request: it ends with ctx.
-			cerr = commit(ctx, rec.ID)
-		})
-	})
-	if err != nil {
+	if err := m.remove(ctx, idOrName, false, func(ctx context.Context, rec Record) {
+		cerr = commit(ctx, rec.ID)
+	}); err != nil {
 		return err
 	}
-	log.G(ctx).Info("sandbox committed and removed", "error", cerr)
 	return cerr
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -410,5 +411,50 @@ func TestParallelSandboxes(t *testing.T) {
 	close(second)
 	if err := <-done; err != nil {
 		t.Fatalf("first Create() = %v", err)
+	}
+}
+
+// TestCommit: the commit hook runs once the runtime has deleted the
+// sandbox and before its writable layer goes; its error is returned and
+// the sandbox is gone either way; a failed runtime delete skips the hook.
+func TestCommit(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	m := newManager(t, env)
+	rec, err := m.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	hookErr := errors.New("commit failed")
+	err = m.Commit(ctx, rec.ID, func(ctx context.Context, key string) error {
+		got = key
+		if _, ok := env.Runtime.Get(rec.ID); ok {
+			t.Error("commit hook ran while the runtime still had the sandbox")
+		}
+		if !slices.Contains(env.Layers.Keys(), key) {
+			t.Error("commit hook ran after the writable layer was removed")
+		}
+		return hookErr
+	})
+	if !errors.Is(err, hookErr) || got != rec.ID {
+		t.Fatalf("Commit = %v with key %q; want the hook's error and key %q", err, got, rec.ID)
+	}
+	if _, err := m.Get(ctx, rec.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("Get after Commit = %v; want NotFound", err)
+	}
+	if k := env.Layers.Keys(); len(k) != 0 {
+		t.Errorf("layers after Commit = %v; want none", k)
+	}
+
+	rec, err = m.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	env.Runtime.DeleteFn = func(context.Context, string) error { return boom }
+	called := false
+	if err := m.Commit(ctx, rec.ID, func(context.Context, string) error { called = true; return nil }); !errors.Is(err, boom) || called {
+		t.Errorf("Commit with a failing runtime = %v (hook called %v); want boom and no hook", err, called)
 	}
 }
