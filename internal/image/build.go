@@ -154,6 +154,7 @@ func (s *Store) pullHeld(ctx context.Context, ref string, progress ProgressFunc)
 	if err != nil {
 		return sandbox.Image{}, err
 	}
+	defer img.Close()
 	return s.importHeld(ctx, ref, "registry", img, progress)
 }
 

@@ -59,6 +59,7 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions, progress Pr
 	if err != nil {
 		return sandbox.Image{}, err
 	}
+	defer img.Close()
 	release := s.Hold()
 	defer release()
 	return s.importHeld(ctx, name, "registry", img, progress)
@@ -108,6 +109,7 @@ func (s *Store) loadHeld(ctx context.Context, file string, o LoadOptions, progre
 	if err != nil {
 		return sandbox.Image{}, err
 	}
+	defer img.Close()
 	name := o.Name
 	if name == "" {
 		name = img.Ref

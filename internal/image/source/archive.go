@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -74,7 +75,7 @@ func Archive(ctx context.Context, file, ref string) (img *Image, err error) {
 	if err != nil {
 		return nil, err
 	}
-	img.close = f.Close
+	img.close = sync.OnceValue(f.Close)
 	return img, nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -249,12 +248,6 @@ func FuzzArchive(f *testing.F) {
 	defer func(n int64) { maxDecompressed = n }(maxDecompressed)
 	maxDecompressed = 16 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {
-		start := time.Now()
-		defer func() {
-			if time.Since(start) > 500*time.Millisecond {
-				os.WriteFile(fmt.Sprintf("/tmp/h2/slow-%d", time.Now().UnixNano()), data, 0o644)
-			}
-		}()
 		file := filepath.Join(t.TempDir(), "fuzz.tar")
 		if err := os.WriteFile(file, data, 0o644); err != nil {
 			t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -75,7 +74,8 @@ type Config struct {
 
 // Image is an image read from a source: its config and its layers. It
 // reads the layers only when they are opened. An image from an archive
-// holds the archive file open until Close.
+// holds the archive file open: Close it when done (otherwise the file is
+// released only when the image is garbage collected).
 type Image struct {
 	// Ref names the image: for a registry, the normalised reference (such
 	// as "127.0.0.1:5000/team/py:1"); for a layout or archive, the name it
@@ -89,9 +89,7 @@ type Image struct {
 	// Layers, bottom first; never empty.
 	Layers []Layer
 
-	closeOnce sync.Once
-	close     func() error
-	closeErr  error
+	close func() error // called once by Close; nil when nothing is held
 }
 
 // Close releases the files the image holds (only archive images hold any;
@@ -99,12 +97,10 @@ type Image struct {
 // that Close frees). Layers cannot be opened after Close. Close is
 // idempotent.
 func (i *Image) Close() error {
-	i.closeOnce.Do(func() {
-		if i.close != nil {
-			i.closeErr = i.close()
-		}
-	})
-	return i.closeErr
+	if i.close == nil {
+		return nil
+	}
+	return i.close()
 }
 
 // store is where a source's manifests and blobs come from. Both methods
@@ -166,7 +162,9 @@ func manifestType(declared types.MediaType, raw []byte) (types.MediaType, error)
 	known := func(mt types.MediaType) bool { return mt.IsImage() || mt.IsIndex() || mt.IsSchema1() }
 	switch {
 	case probe.MediaType != "":
-		if known(declared) && declared != probe.MediaType {
+		// Whatever the descriptor says must not make an index of an image
+		// or the reverse.
+		if known(declared) && (declared.IsIndex() != probe.MediaType.IsIndex() || declared.IsImage() != probe.MediaType.IsImage()) {
 			return "", fmt.Errorf("manifest of media type %q is described as %q: %w", probe.MediaType, declared, errdefs.ErrInvalidArgument)
 		}
 		return probe.MediaType, nil

@@ -256,7 +256,7 @@ func (v *verifier) check(total int64) error {
 func (v *verifier) failure() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.err == io.EOF {
+	if errors.Is(v.err, io.EOF) {
 		return nil
 	}
 	return v.err
