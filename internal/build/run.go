@@ -33,6 +33,7 @@ func (st *state) run(ctx context.Context, i int, name, script string) (string, e
 		Labels:      map[string]string{"corral.build": "true"},
 		Timeout:     st.b.StepTimeout + 5*60e9,
 		HostNetwork: sp.Build.Network != "none",
+		Ephemeral:   true,
 	}
 	rec, err := st.b.sandboxes.Create(ctx, req)
 	if err != nil {

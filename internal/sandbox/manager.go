@@ -575,6 +575,9 @@ func (m *Manager) alive(ctx context.Context, rec Record) string {
 	if rec.State != StateRunning {
 		return "record state " + string(rec.State)
 	}
+	if rec.Ephemeral {
+		return "ephemeral: its owner (a build) ended with the daemon"
+	}
 	if !rec.Deadline.IsZero() && !time.Now().Before(rec.Deadline) {
 		return "timeout reached"
 	}

@@ -39,6 +39,9 @@ type Record struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// AgentAddr is the runtime's address of the sandbox's agent.
 	AgentAddr string `json:"agent_addr,omitempty"`
+	// Ephemeral sandboxes belong to an operation of the daemon (a build
+	// step): a restarted daemon removes them instead of recovering them.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take the Manager's
@@ -59,6 +62,9 @@ type CreateRequest struct {
 	// (Image is then only the name recorded). Builds use it for their
 	// intermediate steps; the API never sets it.
 	Base *Image
+	// Ephemeral marks a sandbox that lives only as long as the daemon's
+	// operation that made it (see Record.Ephemeral). Builds set it.
+	Ephemeral bool
 	// HostNetwork shares the host's network namespace instead of giving
 	// the sandbox a loopback-only one. Only builds set it (their steps
 	// fetch packages); the API never does.

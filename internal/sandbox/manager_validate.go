@@ -117,6 +117,7 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		Workdir:   req.Workdir,
 		User:      req.User,
 		Labels:    cloneMap(req.Labels),
+		Ephemeral: req.Ephemeral,
 	}
 	env := map[string]string{}
 	for _, kv := range img.Env {
