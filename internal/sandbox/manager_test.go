@@ -298,8 +298,8 @@ func TestRecover(t *testing.T) {
 	put(sandbox.Record{ID: "aaaaaaaaaaa7", State: sandbox.StateRunning, Deadline: time.Now().Add(-time.Second)}, sandbox.StatusRunning)
 	put(sandbox.Record{ID: "aaaaaaaaaaa8", State: sandbox.StateRunning, Deadline: time.Now().Add(30 * time.Millisecond)}, sandbox.StatusRunning)
 	put(sandbox.Record{ID: "aaaaaaaaaaa9", State: sandbox.StateRunning, Ephemeral: true}, sandbox.StatusRunning) // a build step's
-	env.Runtime.Put("bbbbbbbbbbb1", sandboxtest.Box{Status: sandbox.StatusRunning}) // orphan
-	env.Layers.Put("bbbbbbbbbbb2", "host-layer")                                    // orphan
+	env.Runtime.Put("bbbbbbbbbbb1", sandboxtest.Box{Status: sandbox.StatusRunning})                              // orphan
+	env.Layers.Put("bbbbbbbbbbb2", "host-layer")                                                                 // orphan
 	env.ReadyFn = func(_ context.Context, addr string) error {
 		if strings.HasSuffix(addr, "aaaaaaaaaaa5") {
 			return errors.New("connection refused")
