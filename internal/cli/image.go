@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -225,24 +224,9 @@ func (a *app) imageLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			switch {
-			case asJSON:
-				if l == nil {
-					l = []rest.Image{}
-				}
-				return writeJSON(a.streams.Out, l)
-			case quiet:
-				for _, img := range l {
-					fmt.Fprintln(a.streams.Out, img.Name)
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(a.streams.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSOURCE\tLAYERS\tSIZE\tCREATED")
-			for _, img := range l {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", img.Name, img.Source, img.Layers, FormatSize(img.Size), ago(img.Created))
-			}
-			return tw.Flush()
+			return printList(a, l, asJSON, quiet, "NAME\tSOURCE\tLAYERS\tSIZE\tCREATED", func(img rest.Image) (string, string) {
+				return img.Name, fmt.Sprintf("%s\t%s\t%d\t%s\t%s", img.Name, img.Source, img.Layers, FormatSize(img.Size), ago(img.Created))
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")

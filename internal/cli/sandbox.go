@@ -186,24 +186,9 @@ func (a *app) lsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			switch {
-			case asJSON:
-				if l == nil {
-					l = []rest.Sandbox{}
-				}
-				return writeJSON(a.streams.Out, l)
-			case quiet:
-				for _, sb := range l {
-					fmt.Fprintln(a.streams.Out, sb.ID)
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(a.streams.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tIMAGE\tSTATE\tCREATED")
-			for _, sb := range l {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Name, sb.Image, sb.State, ago(sb.Created))
-			}
-			return tw.Flush()
+			return printList(a, l, asJSON, quiet, "ID\tNAME\tIMAGE\tSTATE\tCREATED", func(sb rest.Sandbox) (string, string) {
+				return sb.ID, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", sb.ID, sb.Name, sb.Image, sb.State, ago(sb.Created))
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
@@ -352,4 +337,30 @@ func (a *app) versionCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printList prints l as JSON (an empty list as []), as one key per line
+// (quiet), or as a table under header; row returns an item's key and its
+// tab-separated table row.
+func printList[T any](a *app, l []T, asJSON, quiet bool, header string, row func(T) (string, string)) error {
+	switch {
+	case asJSON:
+		if l == nil {
+			l = []T{}
+		}
+		return writeJSON(a.streams.Out, l)
+	case quiet:
+		for _, it := range l {
+			key, _ := row(it)
+			fmt.Fprintln(a.streams.Out, key)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.streams.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range l {
+		_, line := row(it)
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
 }
