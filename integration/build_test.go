@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/corral-sandbox/corral/internal/image"
 )
 
 func writeSpec(t *testing.T, dir, spec string) string {
@@ -242,7 +244,10 @@ func TestPullRun(t *testing.T) {
 // Debian mirror and builds a spec that installs a package with apt. It
 // needs the mirror (network).
 func TestBootstrapDebianPackages(t *testing.T) {
-	mirror := hostMirror(t)
+	mirror, err := image.HostDebianMirror("/etc/apt")
+	if err != nil {
+		t.Skipf("no Debian mirror for bootstrap: %v", err)
+	}
 	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(mirror + "/dists/bookworm/Release")
 	if err != nil || resp.StatusCode != 200 {
@@ -277,60 +282,4 @@ workdir: /workspace
 		t.Errorf("running the built image printed %q", got)
 	}
 	d.requireNoLeftovers()
-}
-
-// hostMirror returns the first Debian archive in the host's apt sources.
-func hostMirror(t *testing.T) string {
-	t.Helper()
-	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
-	files = append(files, "/etc/apt/sources.list")
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		for _, w := range strings.Fields(string(b)) {
-			if strings.HasPrefix(w, "http") && strings.HasSuffix(strings.TrimRight(w, "/"), "/debian") {
-				return strings.TrimRight(w, "/")
-			}
-		}
-	}
-	t.Skip("no Debian mirror in the host's apt sources")
-	return ""
-}
-
-// TestDaemonKilledMidBuild: a daemon SIGKILLed while a build step runs
-// leaves nothing once restarted (the build sandbox, its disk, the uploaded
-// context), and the steps that finished stay cached.
-func TestDaemonKilledMidBuild(t *testing.T) {
-	d := startDaemon(t)
-	dir := t.TempDir()
-	specFile := writeSpec(t, dir, "name: it-killed\nfrom: busybox\nrun:\n  - echo first > /first\n  - sleep 600\nbuild: {network: none}\n")
-	cmd := exec.Command(corralBin, "--host", "unix://"+d.socket, "build", "-f", specFile)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "[2/2]") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(out.String(), "[2/2]") {
-		t.Fatalf("the build never reached its second step:\n%s", out.String())
-	}
-	time.Sleep(300 * time.Millisecond) // the step's sandbox is up
-	d.kill()
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	d.start()
-	d.requireNoLeftovers()
-	if ents, _ := os.ReadDir(filepath.Join(d.root, "uploads")); len(ents) != 0 {
-		t.Errorf("uploads left after a restart: %v", ents)
-	}
-	if err := os.WriteFile(specFile, []byte("name: it-killed\nfrom: busybox\nrun:\n  - echo first > /first\n  - cat /first\nbuild: {network: none}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got := d.must("build", "-f", specFile)
-	if !strings.Contains(got, "[1/2] CACHED") || !strings.Contains(got, "first") {
-		t.Errorf("re-build after the crash: want step 1 from the cache and step 2 printing first:\n%s", got)
-	}
 }

@@ -2,10 +2,10 @@ package build
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -30,17 +30,17 @@ import (
 // hashCopyInput returns the digest of what the copy step c would copy
 // (names, contents, modes, link targets), for its cache key.
 func hashCopyInput(dir string, c spec.Copy) (string, error) {
-	root, err := os.OpenRoot(cmpOr(dir, "."))
+	root, err := os.OpenRoot(cmp.Or(dir, "."))
 	if err != nil {
 		return "", fmt.Errorf("open build context: %w", err)
 	}
 	defer root.Close()
 	src := archive.Clean(c.Src)
-	if _, err := root.Lstat(cmpOr(src, ".")); err != nil {
+	if _, err := root.Lstat(cmp.Or(src, ".")); err != nil {
 		return "", fmt.Errorf("copy source %s: %w", c.Src, err)
 	}
 	h := sha256.New()
-	if err := archive.Write(h, root, cmpOr(src, ".")); err != nil {
+	if err := archive.Write(h, root, cmp.Or(src, ".")); err != nil {
 		return "", fmt.Errorf("read copy source %s: %w", c.Src, err)
 	}
 	fmt.Fprintf(h, "\x00mode=%s\x00owner=%s", c.Mode, c.Owner)
@@ -67,12 +67,12 @@ func (st *state) copy(ctx context.Context, c spec.Copy) (string, error) {
 		}
 		mode = fs.FileMode(m & 0o777) // no setuid/setgid/sticky from a spec
 	}
-	ctxRoot, err := os.OpenRoot(cmpOr(st.sp.Dir, "."))
+	ctxRoot, err := os.OpenRoot(cmp.Or(st.sp.Dir, "."))
 	if err != nil {
 		return "", fmt.Errorf("open build context: %w", err)
 	}
 	defer ctxRoot.Close()
-	src := cmpOr(archive.Clean(c.Src), ".")
+	src := cmp.Or(archive.Clean(c.Src), ".")
 	fi, err := ctxRoot.Lstat(src)
 	if err != nil {
 		return "", fmt.Errorf("copy source %s: %w", c.Src, err)
@@ -90,7 +90,7 @@ func (st *state) copy(ctx context.Context, c spec.Copy) (string, error) {
 			return err
 		}
 		defer lroot.Close()
-		rel := cmpOr(strings.TrimPrefix(dst, "/"), ".")
+		rel := cmp.Or(strings.TrimPrefix(dst, "/"), ".")
 		dirOfDst := path.Dir(rel)
 		if fi.IsDir() {
 			dirOfDst = rel
@@ -109,7 +109,7 @@ func (st *state) copy(ctx context.Context, c spec.Copy) (string, error) {
 				return err
 			}
 			defer target.Close()
-			if err := pipeTree(ctx, sub, target); err != nil {
+			if err := archive.Copy(ctx, sub, ".", target, archive.Options{KeepOwners: true}, nil); err != nil {
 				return err
 			}
 		} else if err := copyOne(ctxRoot, src, lroot, rel, fi); err != nil {
@@ -117,24 +117,6 @@ func (st *state) copy(ctx context.Context, c spec.Copy) (string, error) {
 		}
 		return applyOwnerMode(layer, rel, uid, gid, mode)
 	})
-}
-
-// pipeTree copies the tree under src into dst through a tar stream, with
-// archive.Apply's checks.
-func pipeTree(ctx context.Context, src, dst *os.Root) error {
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := archive.Write(pw, src, ".")
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	_, err := archive.Apply(ctx, dst, pr, archive.Options{KeepOwners: true})
-	pr.CloseWithError(errors.New("extraction stopped"))
-	if werr := <-done; err == nil {
-		err = werr
-	}
-	return err
 }
 
 // copyOne copies one file or symbolic link.
@@ -300,11 +282,4 @@ func applyOwnerMode(layer, rel string, uid, gid int, mode fs.FileMode) error {
 		}
 		return nil
 	})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

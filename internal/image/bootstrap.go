@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ func (s *Store) bootstrapHeld(ctx context.Context, ref string, o BootstrapOption
 	if err != nil {
 		return sandbox.Image{}, err
 	}
-	name := cmpOr(o.Name, "debian:"+suite)
+	name := cmp.Or(o.Name, "debian:"+suite)
 	if err := ValidateName(name); err != nil {
 		return sandbox.Image{}, err
 	}
@@ -80,16 +81,16 @@ func (s *Store) bootstrapHeld(ctx context.Context, ref string, o BootstrapOption
 	if old, err := s.read(name); err == nil && old.Builtin {
 		return sandbox.Image{}, fmt.Errorf("image %s is built in: %w", name, errdefs.ErrFailedPrecondition)
 	}
-	mirror := cmpOr(o.Mirror, s.opts.debianMirror)
+	mirror := cmp.Or(o.Mirror, s.opts.debianMirror)
 	if mirror == "" {
-		if mirror, err = hostDebianMirror("/etc/apt"); err != nil {
+		if mirror, err = HostDebianMirror("/etc/apt"); err != nil {
 			return sandbox.Image{}, err
 		}
 	}
 	if !strings.HasPrefix(mirror, "http://") && !strings.HasPrefix(mirror, "https://") && !strings.HasPrefix(mirror, "file:/") {
 		return sandbox.Image{}, fmt.Errorf("debian mirror %q must be an http(s):// or file:/ URL: %w", mirror, errdefs.ErrInvalidArgument)
 	}
-	bin, err := exec.LookPath(cmpOr(s.opts.debootstrap, "debootstrap"))
+	bin, err := exec.LookPath(cmp.Or(s.opts.debootstrap, "debootstrap"))
 	if err != nil {
 		return sandbox.Image{}, fmt.Errorf("bootstrap needs debootstrap (apt-get install debootstrap): %w", errdefs.ErrUnavailable)
 	}
@@ -169,10 +170,10 @@ func trimBootstrap(dir string) error {
 
 var debPackageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
 
-// hostDebianMirror returns the first Debian archive URI in the host's apt
-// sources (deb822 .sources files and one-line .list files), skipping the
+// HostDebianMirror returns the first Debian archive URI in the apt sources
+// under aptDir (deb822 .sources files and one-line .list files), skipping the
 // security archive.
-func hostDebianMirror(aptDir string) (string, error) {
+func HostDebianMirror(aptDir string) (string, error) {
 	files, _ := filepath.Glob(filepath.Join(aptDir, "sources.list.d", "*.sources"))
 	lists, _ := filepath.Glob(filepath.Join(aptDir, "sources.list.d", "*.list"))
 	files = append(append([]string{filepath.Join(aptDir, "sources.list")}, files...), lists...)

@@ -1,10 +1,12 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,9 +110,7 @@ func (s *Store) LayerDirs(key string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, j := 0, len(dirs)-1; i < j; i, j = i+1, j-1 {
-		dirs[i], dirs[j] = dirs[j], dirs[i]
-	}
+	slices.Reverse(dirs)
 	return dirs, nil
 }
 
@@ -172,7 +172,7 @@ func sanitizeName(p string) string {
 		out = strings.ReplaceAll(out, "--", "-")
 	}
 	out = strings.ReplaceAll(strings.ReplaceAll(out, "/-", "/"), "-/", "/")
-	return cmpOr(out, "image")
+	return cmp.Or(out, "image")
 }
 
 func sanitizeTag(t string) string {
@@ -184,5 +184,5 @@ func sanitizeTag(t string) string {
 			b.WriteRune('-')
 		}
 	}
-	return strings.TrimLeft(cmpOr(b.String(), "latest"), ".-")
+	return strings.TrimLeft(cmp.Or(b.String(), "latest"), ".-")
 }

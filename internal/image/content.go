@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -80,24 +79,9 @@ func copyLayer(ctx context.Context, src *os.Root, dst string, opts archive.Optio
 		return "", err
 	}
 	defer root.Close()
-	pr, pw := io.Pipe()
 	h := sha256.New()
-	done := make(chan error, 1)
-	go func() {
-		err := archive.WriteLayer(io.MultiWriter(pw, h), src, ".")
-		pw.CloseWithError(err)
-		done <- err
-	}()
 	opts.Whiteouts = true
-	_, err = archive.Apply(ctx, root, pr, opts)
-	if err == nil {
-		_, err = io.Copy(io.Discard, pr) // let the writer finish the digest
-	}
-	pr.CloseWithError(fmt.Errorf("extraction stopped"))
-	if werr := <-done; err == nil {
-		err = werr
-	}
-	if err != nil {
+	if err := archive.Copy(ctx, src, ".", root, opts, h); err != nil {
 		return "", err
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil

@@ -108,18 +108,18 @@ func TestValidateName(t *testing.T) {
 func TestHostDebianMirror(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(dir, "sources.list.d"), 0o755))
-	if _, err := hostDebianMirror(dir); !errdefs.IsFailedPrecondition(err) {
+	if _, err := HostDebianMirror(dir); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("no sources: %v; want FailedPrecondition", err)
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "sources.list.d", "debian.sources"), []byte(
 		"Types: deb\nURIs: http://mirror.example.org/debian-security\nSuites: bookworm-security\n\n"+
 			"Types: deb\nURIs: http://mirror.example.org/debian/\nSuites: bookworm\n"), 0o644))
-	if got, err := hostDebianMirror(dir); err != nil || got != "http://mirror.example.org/debian" {
+	if got, err := HostDebianMirror(dir); err != nil || got != "http://mirror.example.org/debian" {
 		t.Errorf("deb822: %q, %v", got, err)
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "sources.list"), []byte(
 		"# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://one.example.org/debian bookworm main\n"), 0o644))
-	if got, err := hostDebianMirror(dir); err != nil || got != "http://one.example.org/debian" {
+	if got, err := HostDebianMirror(dir); err != nil || got != "http://one.example.org/debian" {
 		t.Errorf("one-line: %q, %v", got, err)
 	}
 }

@@ -147,13 +147,7 @@ func (s *Store) write(r record) error {
 	if err != nil {
 		return err
 	}
-	p := s.recordPath(r.Name)
-	tmp := p + ".tmp-" + randomHex()
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write image %s: %w", r.Name, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		_ = os.Remove(tmp)
+	if err := writeFileAtomic(s.recordPath(r.Name), b); err != nil {
 		return fmt.Errorf("write image %s: %w", r.Name, err)
 	}
 	return nil
@@ -267,19 +261,7 @@ func copyTree(ctx context.Context, src *os.Root, p, dst string, opts archive.Opt
 		return err
 	}
 	defer root.Close()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := archive.Write(pw, src, p)
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	_, err = archive.Apply(ctx, root, pr, opts)
-	pr.CloseWithError(errors.New("extraction stopped"))
-	if werr := <-done; err == nil {
-		err = werr
-	}
-	return err
+	return archive.Copy(ctx, src, p, root, opts, nil)
 }
 
 func (s *Store) importLayer(ctx context.Context, name string, fill func(ctx context.Context, dir string) error) (sandbox.Image, error) {

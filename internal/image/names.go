@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,9 +77,7 @@ func (s *Store) Inspect(ctx context.Context, name string) (Info, error) {
 			return Info{}, fmt.Errorf("image %s: layer chain too long: %w", name, errdefs.ErrInvalidArgument)
 		}
 	}
-	for i, j := 0, len(info.LayerInfo)-1; i < j; i, j = i+1, j-1 {
-		info.LayerInfo[i], info.LayerInfo[j] = info.LayerInfo[j], info.LayerInfo[i]
-	}
+	slices.Reverse(info.LayerInfo)
 	info.Layers = len(info.LayerInfo)
 	return info, nil
 }

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -168,7 +169,7 @@ func (s *Store) importHeld(ctx context.Context, name, kind string, img *source.I
 		Source: kind, Reference: img.Ref, Digest: img.Digest,
 		Image: sandbox.Image{
 			Name: name, TopLayer: parent, Env: env,
-			Workdir: cmpOr(img.Config.Workdir, "/"), User: img.Config.User, Created: created,
+			Workdir: cmp.Or(img.Config.Workdir, "/"), User: img.Config.User, Created: created,
 		},
 	}
 	out, err := s.register(ctx, r, true)
@@ -207,11 +208,4 @@ func short(digest string) string {
 		return h[:12]
 	}
 	return digest
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
