@@ -176,6 +176,7 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 		t.Errorf("200 processes under --pids 40 did not hit the limit: stdout %q stderr %q", tail(out, 5), tail(errOut, 5))
 	}
 	var sb struct {
+		State string `json:"state"`
 		Usage struct {
 			Pids uint64 `json:"pids"`
 		} `json:"usage"`
@@ -185,6 +186,13 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 	}
 	if sb.Usage.Pids > 40 {
 		t.Errorf("inspect usage.pids = %d; want <= 40", sb.Usage.Pids)
+	}
+	// The agent (PID 1) needs no new thread to survive an exhausted budget.
+	if sb.State != "running" {
+		t.Errorf("state after the fork bomb = %q; want running", sb.State)
+	}
+	if _, errOut, err := d.corral("exec", id, "--", "true"); err != nil && !strings.Contains(errOut, "resource temporarily unavailable") && !strings.Contains(errOut, "Resource temporarily unavailable") {
+		t.Errorf("exec with the budget used up: %v %q; want success or a clean EAGAIN", err, errOut)
 	}
 	d.must("rm", "-f", id)
 	d.requireNoLeftovers()

@@ -131,6 +131,12 @@ func Listen(cfg Config) (net.Listener, error) {
 func Run(ctx context.Context, cfg Config) error {
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
 	defer stop()
+	if os.Getpid() == 1 {
+		// Before serving: see reserveThreads.
+		start := time.Now()
+		n := reserveThreads(threadTarget(cfg.withDefaults().CgroupPath))
+		log.G(ctx).Debug("threads reserved", "threads", n, "duration", time.Since(start))
+	}
 	s, err := New(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestReserveThreads(t *testing.T) {
+	before := threadCount()
+	target := before + 6
+	got := reserveThreads(target)
+	if got < target {
+		t.Fatalf("reserveThreads(%d) left %d threads (had %d)", target, got, before)
+	}
+	// The threads stay: a second call creates none.
+	if again := reserveThreads(target); again != got {
+		t.Errorf("second reserveThreads(%d) = %d; want %d (no new threads)", target, again, got)
+	}
+}
+
+func TestThreadTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, content string
+		want                int
+	}{
+		{"v2 max", "pids.max", "max\n", agentThreads},
+		{"v2 small", "pids.max", "30\n", 10},
+		{"v1 large", "pids/pids.max", "1024\n", agentThreads},
+		{"v1 small", "pids/pids.max", "12\n", 4},
+		{"no pids controller", "memory.max", "1\n", agentThreads},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			f := filepath.Join(root, tc.file)
+			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := threadTarget(root); got != tc.want {
+				t.Errorf("threadTarget = %d; want %d", got, tc.want)
+			}
+		})
+	}
+}
