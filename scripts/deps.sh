@@ -9,6 +9,7 @@ packages=(
 	e2fsprogs            # mkfs.ext4 for each sandbox's size-limited writable disk
 	debootstrap debian-archive-keyring   # corral image bootstrap debian:SUITE
 	util-linux iproute2 procps psmisc kmod ca-certificates
+	curl openssl         # network integration tests: clients inside boxes (host image)
 )
 missing=()
 for p in "${packages[@]}"; do

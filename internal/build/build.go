@@ -113,9 +113,6 @@ func (b *Builder) Build(ctx context.Context, o Options) (sandbox.Image, error) {
 	if err := image.ValidateName(name); err != nil {
 		return sandbox.Image{}, err
 	}
-	if err := checkRuntimeSettings(sp); err != nil {
-		return sandbox.Image{}, err
-	}
 	emit := o.Events
 	if emit == nil {
 		emit = func(Event) {}
@@ -166,16 +163,6 @@ func (b *Builder) Build(ctx context.Context, o Options) (sandbox.Image, error) {
 	log.G(ctx).Info("image built", "image", name, "steps", len(steps), "cached", st.cached, "duration", time.Since(start).Round(time.Millisecond))
 	emit(Event{Type: "image", Name: name, Layer: st.parent})
 	return img, nil
-}
-
-// checkRuntimeSettings refuses what the daemon cannot enforce yet, rather
-// than building an image that would silently run with less protection or
-// more access than its spec says.
-func checkRuntimeSettings(sp *spec.Spec) error {
-	if m := sp.Network.Mode; m != "" && m != "none" {
-		return fmt.Errorf("network mode %q is not supported yet (only \"none\"): network policy is a later feature: %w", m, errdefs.ErrNotImplemented)
-	}
-	return nil
 }
 
 // state is one build in progress.

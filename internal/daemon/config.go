@@ -68,6 +68,11 @@ type Config struct {
 	// config file of the daemon's user ($DOCKER_CONFIG/config.json, else
 	// ~/.docker/config.json), as `docker login` writes it.
 	Registry Registry `toml:"registry"`
+	// Network configures boxes' egress: resolver, private ranges,
+	// default limits.
+	Network Network `toml:"network"`
+	// Tunnels configures `corral port expose`.
+	Tunnels Tunnels `toml:"tunnels"`
 }
 
 // Registry configures image pulls.
@@ -182,6 +187,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := identifiers.Validate("cgroup_parent", c.CgroupParent); err != nil {
+		return err
+	}
+	if err := c.Network.validate(); err != nil {
 		return err
 	}
 	if m := c.DebianMirror; m != "" && !strings.HasPrefix(m, "http://") && !strings.HasPrefix(m, "https://") && !strings.HasPrefix(m, "file:/") {

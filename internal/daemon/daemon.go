@@ -24,6 +24,9 @@ import (
 
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/network"
+	"github.com/corral-sandbox/corral/internal/secrets"
+	"github.com/corral-sandbox/corral/internal/tunnel"
 	"github.com/corral-sandbox/corral/internal/build"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/httpapi"
@@ -49,6 +52,9 @@ type Daemon struct {
 	cfg     Config
 	manager *sandbox.Manager
 	api     *httpapi.Server
+	network *network.Service
+	secrets *secrets.Store
+	tunnels *tunnel.Registry
 	// closers run last first in Close.
 	closers []func() error
 }
@@ -133,7 +139,24 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			return nil, fmt.Errorf("agent binary: %w", err)
 		}
 	}
+	netsvc, secretStore, err := newNetwork(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, netsvc.Close)
+	d.network, d.secrets = netsvc, secretStore
+	resolvConf, err := writeResolvConf(filepath.Join(cfg.RunDir, "network"))
+	if err != nil {
+		return nil, fmt.Errorf("resolv.conf for sandboxes: %w", err)
+	}
 	m, err := sandbox.NewManager(sandbox.ManagerConfig{
+		Network: netsvc,
+		SecretExists: func(name string) error {
+			_, err := secretStore.Get(name)
+			return err
+		},
+		InstallCA:  installCA,
+		ResolvConf: resolvConf,
 		Runtimes:       runtimes,
 		DefaultRuntime: cfg.DefaultRuntime,
 		Layers:         layers,
@@ -154,6 +177,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	d.manager = m
 	if err := m.Recover(ctx); err != nil {
 		return nil, err
+	}
+	if d.tunnels, err = tunnel.Open(filepath.Join(cfg.Root, "tunnels.json")); err != nil {
+		return nil, fmt.Errorf("tunnels: %w", err)
+	}
+	if err := d.tunnels.Keep(func(id string) bool {
+		_, err := m.Get(ctx, id)
+		return err == nil
+	}); err != nil {
+		return nil, fmt.Errorf("tunnels: %w", err)
 	}
 
 	// Uploads (archives to load, build contexts) wait here while used;
@@ -181,6 +213,25 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// TunnelHandler serves `corral port expose` URLs.
+func (d *Daemon) TunnelHandler() http.Handler {
+	return tunnel.Handler(tunnel.Config{
+		Registry: d.tunnels,
+		Domain:   d.cfg.Tunnels.Domain,
+		Dial: func(ctx context.Context, id string, port int) (net.Conn, error) {
+			_, pid, err := d.manager.AgentPid(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			return network.DialInNS(network.NSPath(pid), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		},
+		Resolve: func(idOrName string) (string, error) {
+			rec, err := d.manager.Get(context.Background(), idOrName)
+			return rec.ID, err
+		},
+	})
 }
 
 // Manager returns the sandbox Manager.
@@ -246,6 +297,18 @@ func Run(ctx context.Context, cfg Config) error {
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true) // lets clients run bidirectional agent streams
+	if cfg.Tunnels.Listen != "" {
+		tl, err := net.Listen("tcp", cfg.Tunnels.Listen)
+		if err != nil {
+			return fmt.Errorf("tunnels: listen %s: %w", cfg.Tunnels.Listen, err)
+		}
+		cu.Add(func() { tl.Close() })
+		log.G(ctx).Info("serving tunnels", "address", tl.Addr().String(), "domain", cfg.Tunnels.Domain)
+		listeners = append(listeners, struct {
+			l net.Listener
+			h http.Handler
+		}{tl, d.TunnelHandler()})
+	}
 	errc := make(chan error, len(listeners))
 	var servers []*http.Server
 	for _, ln := range listeners {

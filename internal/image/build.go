@@ -140,7 +140,7 @@ func (s *Store) RegisterBuilt(ctx context.Context, b Built) (sandbox.Image, erro
 		Source: "build", Reference: b.SpecFile, Spec: b.Runtime,
 		Image: sandbox.Image{
 			Name: b.Name, TopLayer: b.TopLayer, Env: b.Env, Workdir: b.Workdir, User: b.User,
-			Resources: b.Resources, Created: time.Now().UTC(),
+			Resources: b.Resources, Created: time.Now().UTC(), Network: b.Runtime.Network(),
 		},
 	}, true)
 	if err != nil {

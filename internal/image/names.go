@@ -1,6 +1,7 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+	"github.com/corral-sandbox/corral/internal/network"
 
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -53,6 +57,22 @@ type RuntimeSpec struct {
 	Allow       []string `json:"allow,omitempty"`
 	Secrets     []string `json:"secrets,omitempty"`
 	Ports       []int    `json:"ports,omitempty"`
+}
+
+// Network is the sandboxes' default network settings from the spec; nil
+// when the spec sets none (mode none, no secrets).
+func (r *RuntimeSpec) Network() *network.Settings {
+	if r == nil || ((r.NetworkMode == "" || r.NetworkMode == "none") && len(r.Secrets) == 0) {
+		return nil
+	}
+	set := &network.Settings{Mode: netpolicy.Mode(cmp.Or(r.NetworkMode, "none")), Allow: slices.Clone(r.Allow)}
+	if set.Mode == "open" {
+		set.Mode = netpolicy.ModeFull
+	}
+	for _, name := range r.Secrets {
+		set.Secrets = append(set.Secrets, network.SecretRef{Name: name})
+	}
+	return set
 }
 
 // Inspect returns everything known about the image name.

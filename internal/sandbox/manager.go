@@ -62,6 +62,15 @@ type ManagerConfig struct {
 	MaxCPUs float64
 	// ReadyTimeout bounds the wait for a new sandbox's agent (10 s if zero).
 	ReadyTimeout time.Duration
+	// Network serves boxes' egress; nil allows only mode none.
+	Network Networker
+	// SecretExists checks secret names at create (nil: not checked).
+	SecretExists SecretChecker
+	// InstallCA puts a box's CA certificate into its trust store.
+	InstallCA CAInstaller
+	// ResolvConf is a host file bound read-only at /etc/resolv.conf in every
+	// box with its own network namespace (it names the proxy's resolver).
+	ResolvConf string
 }
 
 // Manager creates, tracks and removes sandboxes. Every sandbox is recorded
@@ -210,6 +219,21 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 		return Record{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	phase("start")
+	var caPEM []byte
+	if rec.Network != nil && m.cfg.Network != nil {
+		cu.Add(func() {
+			if err := m.cfg.Network.Detach(id, true); err != nil {
+				log.G(tctx).Error("rollback: detach network", "error", err)
+			}
+		})
+		if caPEM, err = m.cfg.Network.Prepare(id, *rec.Network); err != nil {
+			return Record{}, fmt.Errorf("prepare network: %w", err)
+		}
+		if err := m.attachNetwork(lctx, rec); err != nil {
+			return Record{}, fmt.Errorf("attach network: %w", err)
+		}
+		phase("network")
+	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	err = m.cfg.AgentReady(rctx, rec.AgentAddr)
 	cancel()
@@ -217,6 +241,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 		return Record{}, fmt.Errorf("wait for agent: %w", err)
 	}
 	phase("agent_ready")
+	if caPEM != nil && m.cfg.InstallCA != nil {
+		if err := m.cfg.InstallCA(ctx, rec.AgentAddr, caPEM); err != nil {
+			return Record{}, fmt.Errorf("install the sandbox's CA certificate: %w", err)
+		}
+		phase("ca")
+	}
 
 	rec.State = StateRunning
 	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
@@ -451,6 +481,13 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			return err
 		}
 	}
+	if m.cfg.Network != nil {
+		if err := m.cfg.Network.Detach(rec.ID, true); err != nil {
+			if err := fail(fmt.Errorf("detach network of %s: %w", rec.ID, err)); err != nil {
+				return err
+			}
+		}
+	}
 	if rt, ok := m.cfg.Runtimes[rec.Runtime]; ok {
 		if err := rt.Delete(ctx, rec.ID); err != nil {
 			if err := fail(fmt.Errorf("delete sandbox %s from runtime: %w", rec.ID, err)); err != nil {
@@ -524,6 +561,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 			b.op.Unlock()
 			removed++
 			continue
+		}
+		if err := m.attachNetwork(rctx, *rec); err != nil {
+			log.G(rctx).Error("recover: network not attached: the box keeps running without egress", "error", err)
 		}
 		log.G(rctx).Info("recover: sandbox kept", "runtime", rec.Runtime)
 		kept++

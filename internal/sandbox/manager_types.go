@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"time"
+
+	"github.com/corral-sandbox/corral/internal/network"
 )
 
 // RecordState is a sandbox's lifecycle state as the Manager records it.
@@ -42,6 +44,8 @@ type Record struct {
 	// Ephemeral sandboxes belong to an operation of the daemon (a build
 	// step): a restarted daemon removes them instead of recovering them.
 	Ephemeral bool `json:"ephemeral,omitempty"`
+	// Network is the box's egress settings; nil means mode none.
+	Network *network.Settings `json:"network,omitempty"`
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take the Manager's
@@ -69,6 +73,9 @@ type CreateRequest struct {
 	// the sandbox a loopback-only one. Only builds set it (their steps
 	// fetch packages); the API never does.
 	HostNetwork bool
+	// Network is the box's egress policy, limits and secrets; nil means
+	// mode none (loopback only).
+	Network *network.Settings
 }
 
 // Store persists sandbox records (implemented by internal/meta). Writes are

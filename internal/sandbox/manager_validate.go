@@ -119,6 +119,22 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		Labels:    cloneMap(req.Labels),
 		Ephemeral: req.Ephemeral,
 	}
+	if req.Network == nil && req.Base == nil {
+		req.Network = img.Network
+	}
+	if req.Network != nil {
+		set := *req.Network
+		set.Allow = slices.Clone(set.Allow)
+		set.Secrets = slices.Clone(set.Secrets)
+		p.rec.Network = &set
+		if p.rec.Env == nil {
+			p.rec.Env = map[string]string{}
+		}
+		if err := m.validateNetwork(p.rec.Network, p.rec.Env); err != nil {
+			return p, err
+		}
+		req.Env = p.rec.Env
+	}
 	env := map[string]string{}
 	for _, kv := range img.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -140,6 +156,9 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	}
 	for _, k := range keys {
 		spec.Env = append(spec.Env, k+"="+env[k])
+	}
+	if !req.HostNetwork && m.cfg.ResolvConf != "" {
+		spec.Binds = append(spec.Binds, Bind{Source: m.cfg.ResolvConf, Target: "/etc/resolv.conf", Readonly: true})
 	}
 	if req.HostNetwork {
 		// Name resolution as the host does it, read-only.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/network"
 )
 
 // Resources are the hard limits of one sandbox. Zero means "the daemon's
@@ -112,6 +113,9 @@ type Image struct {
 	// Resources are the image's default limits (from its spec), used where
 	// a request leaves a limit zero.
 	Resources Resources `json:"resources,omitzero"`
+	// Network is the default network settings of sandboxes from the image
+	// (its spec's network and secrets); a request's own settings replace it.
+	Network *network.Settings `json:"network,omitempty"`
 	// Builtin images are made by the daemon and cannot be removed.
 	Builtin bool `json:"builtin,omitempty"`
 }

@@ -1,9 +1,10 @@
 package spec
 
 import (
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+
 	"fmt"
 	"maps"
-	"net"
 	"path"
 	"regexp"
 	"slices"
@@ -290,7 +291,7 @@ func (c *checker) resources() {
 func (c *checker) network() {
 	n := c.s.Network
 	switch n.Mode {
-	case "", "none", "open":
+	case "", "none", "full", "open":
 		if len(n.Allow) > 0 {
 			c.errorf("network.allow", "only used with mode: allowlist")
 		}
@@ -299,9 +300,14 @@ func (c *checker) network() {
 			c.errorf("network.allow", "mode allowlist needs at least one host")
 		}
 	default:
-		c.errorf("network.mode", "%q is not a network mode (none, allowlist or open)", n.Mode)
+		c.errorf("network.mode", "%q is not a network mode (none, allowlist or full)", n.Mode)
 	}
 	for i, h := range n.Allow {
+		if r, err := netpolicy.ParseRule(h); err == nil && (r.Port != 0 || r.Host == "") && !strings.Contains(h, "/") {
+			continue // host:port, an address or [v6]:port
+		} else if err == nil && r.Host == "" {
+			continue // a CIDR prefix
+		}
 		if msg := hostProblem(h); msg != "" {
 			c.errorf(fmt.Sprintf("network.allow[%d]", i), "%q %s", h, msg)
 		}
@@ -311,23 +317,22 @@ func (c *checker) network() {
 // hostProblem returns why h is not an allowlist entry, or "". Entries are
 // lowercase DNS names ("api.example.org") or "*." and a domain of at least
 // two labels ("*.example.org": its subdomains, not the domain itself).
-// Schemes, paths, ports and IP addresses are refused: the egress proxy
-// matches the names in TLS SNI and HTTP Host.
+// Schemes and paths are refused: the egress proxy matches the names in TLS
+// SNI and HTTP Host. Ports, addresses and CIDR prefixes are checked by
+// netpolicy.ParseRule before this.
 func hostProblem(h string) string {
 	name, wild := strings.CutPrefix(h, "*.")
 	switch {
 	case h == "":
 		return "is empty"
 	case h == "*":
-		return "matches every host: use mode: open"
+		return "matches every host: use mode: full"
 	case strings.Contains(h, "://"):
 		return "has a scheme: write the host name only"
 	case strings.Contains(h, "/"):
 		return "has a path: write the host name only"
-	case net.ParseIP(strings.Trim(h, "[]")) != nil:
-		return "is an IP address: the allowlist matches host names"
 	case strings.Contains(h, ":"):
-		return "has a port: write the host name only"
+		return "has a bad port (write host:port with 1-65535)"
 	case strings.Contains(name, "*"):
 		return "has a '*' other than a leading \"*.\""
 	case strings.ToLower(h) != h:

@@ -1,0 +1,198 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+	"github.com/corral-sandbox/corral/internal/network"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/secrets"
+)
+
+// Network configures boxes' egress (docs/network.md).
+type Network struct {
+	// DNSServers resolve names for the egress proxy and the boxes'
+	// resolver ("host:port"); empty means the host's resolver.
+	DNSServers []string `toml:"dns_servers"`
+	// AllowPrivate are private prefixes (RFC 1918, CGNAT, ULA) boxes may
+	// reach when their policy allows; loopback, link-local and metadata
+	// addresses stay blocked.
+	AllowPrivate []string `toml:"allow_private"`
+	// UpstreamCA is a PEM file of extra roots trusted when the proxy
+	// intercepts TLS to substitute secrets (the host's roots always are).
+	UpstreamCA string `toml:"upstream_ca"`
+	// ConnectionsPerMinute is the default rate limit of a box's new
+	// connections and DNS queries (600 if zero).
+	ConnectionsPerMinute int `toml:"connections_per_minute"`
+	// EgressBytes is the default budget of bytes through the proxy per box
+	// (0: none).
+	EgressBytes int64 `toml:"egress_bytes"`
+}
+
+// Tunnels configures `corral port expose` (off unless Listen is set).
+type Tunnels struct {
+	// Listen is the TCP address tunnels are served on.
+	Listen string `toml:"listen"`
+	// Domain enables URLs of the form {port}-{id}.{domain}.
+	Domain string `toml:"domain"`
+	// URL is the base URL users reach Listen at (default http://Listen).
+	URL string `toml:"url"`
+}
+
+func (n Network) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	for _, s := range n.DNSServers {
+		if _, err := netip.ParseAddrPort(s); err != nil {
+			return bad("network.dns_servers: %q must be ip:port", s)
+		}
+	}
+	for _, p := range n.AllowPrivate {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			return bad("network.allow_private: %q must be a CIDR prefix", p)
+		}
+	}
+	if n.ConnectionsPerMinute < 0 || n.EgressBytes < 0 {
+		return bad("network limits must not be negative")
+	}
+	return nil
+}
+
+// newNetwork opens the secret store and the egress service.
+func newNetwork(cfg Config) (*network.Service, *secrets.Store, error) {
+	store, err := secrets.Open(filepath.Join(cfg.Root, "secrets"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("secret store: %w", err)
+	}
+	guard := &netpolicy.Guard{HostAddrs: netpolicy.HostAddrs}
+	for _, p := range cfg.Network.AllowPrivate {
+		guard.AllowPrivate = append(guard.AllowPrivate, netip.MustParsePrefix(p))
+	}
+	var roots *x509.CertPool
+	if f := cfg.Network.UpstreamCA; f != "" {
+		if roots, err = x509.SystemCertPool(); err != nil || roots == nil {
+			roots = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("network.upstream_ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("network.upstream_ca: %s holds no PEM certificate", f)
+		}
+	}
+	svc, err := network.New(network.Config{
+		StateDir: filepath.Join(cfg.Root, "network"),
+		Resolver: resolver(cfg.Network.DNSServers),
+		Guard:    guard,
+		RootCAs:  roots,
+		Secrets:  store,
+		Limits: network.Limits{
+			ConnectionsPerMinute: cfg.Network.ConnectionsPerMinute,
+			EgressBytes:          cfg.Network.EgressBytes,
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, store, nil
+}
+
+// resolver uses servers in turn, or the host's resolver when none.
+func resolver(servers []string) *net.Resolver {
+	if len(servers) == 0 {
+		return net.DefaultResolver
+	}
+	var next atomic.Uint32
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, nw, _ string) (net.Conn, error) {
+			var d net.Dialer
+			s := servers[int(next.Add(1))%len(servers)]
+			return d.DialContext(ctx, nw, s)
+		},
+	}
+}
+
+// writeResolvConf writes the file every box with its own network namespace
+// gets at /etc/resolv.conf: the proxy's resolver (reached through the
+// box's redirect whatever address it is sent to).
+func writeResolvConf(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "resolv.conf")
+	body := fmt.Sprintf("# written by corral: queries go to the sandbox's egress resolver\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", network.Gateway)
+	if err := os.WriteFile(p+".tmp", []byte(body), 0o644); err != nil {
+		return "", err
+	}
+	return p, os.Rename(p+".tmp", p)
+}
+
+// installCA writes a box's CA certificate through its agent: its own file
+// (for NODE_EXTRA_CA_CERTS) and appended to the system bundle that
+// OpenSSL, curl, Python and Go read. A bundle that cannot be written (a
+// symlink, a read-only image) is logged, not fatal.
+func installCA(ctx context.Context, addr string, pem []byte) error {
+	c, err := agentclient.New(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	put := func(p string, body []byte) error {
+		u := c.BaseURL + "/files?username=root&path=" + url.QueryEscape(p)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return fmt.Errorf("write %s: %s: %s", p, resp.Status, strings.TrimSpace(string(msg)))
+		}
+		return nil
+	}
+	if err := put(sandbox.CACertPath, pem); err != nil {
+		return err
+	}
+	var bundle []byte
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/files?username=root&path="+url.QueryEscape(sandbox.CABundlePath), nil)
+	if err != nil {
+		return err
+	}
+	if resp, err := c.HTTP.Do(req); err == nil {
+		if resp.StatusCode == http.StatusOK {
+			bundle, _ = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		}
+		resp.Body.Close()
+	}
+	if len(bundle) > 0 && !bytes.HasSuffix(bundle, []byte("\n")) {
+		bundle = append(bundle, '\n')
+	}
+	if err := put(sandbox.CABundlePath, append(bundle, pem...)); err != nil {
+		log.G(ctx).Warn("sandbox CA not added to the system bundle", "error", err)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package network
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Attribution: the proxy accepts a box's connection in the box's namespace,
+// so the peer address is the box's own socket. Its inode comes from the
+// box's socket table (/proc/<agent>/net/tcp or udp: the agent's namespace),
+// and the process that holds it from the file descriptors of the agent's
+// descendants. The exec is the agent's direct child that process descends
+// from: the command the agent started (its pid is the one `corral exec
+// --detach` and `corral ps` show). Everything read here was written by the
+// box's processes (their command lines): it is recorded as text, never
+// interpreted.
+
+// maxCommand bounds a recorded command line.
+const maxCommand = 256
+
+// attribute finds the process (and its exec) that owns the box's TCP
+// socket from peer to dst (looked up with sockDiag); nil when it is gone.
+func attribute(d *sockDiag, agentPid int, peer, dst netip.AddrPort) (exec, proc *ProcRef) {
+	inode, err := d.inode(peer, dst)
+	if err != nil || inode == 0 {
+		return nil, nil
+	}
+	return owner(agentPid, uint64(inode))
+}
+
+// owner finds the process holding the socket inode among the agent's
+// descendants, and the exec it descends from.
+func owner(agentPid int, inode uint64) (exec, proc *ProcRef) {
+	needle := fmt.Sprintf("socket:[%d]", inode)
+	// Breadth-first over the agent's descendants; top is the exec each
+	// descends from.
+	type item struct{ pid, top int }
+	queue := []item{}
+	for _, c := range children(agentPid) {
+		queue = append(queue, item{c, c})
+	}
+	for seen := 0; len(queue) > 0 && seen < 100000; seen++ {
+		it := queue[0]
+		queue = queue[1:]
+		if holds(it.pid, needle) {
+			return procRef(it.top), procRef(it.pid)
+		}
+		for _, c := range children(it.pid) {
+			queue = append(queue, item{c, it.top})
+		}
+	}
+	return nil, nil
+}
+
+func children(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func holds(pid int, needle string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == needle {
+			return true
+		}
+	}
+	return false
+}
+
+// procRef describes host pid by its pid in the box and its command line.
+func procRef(hostPid int) *ProcRef {
+	ref := &ProcRef{Pid: hostPid}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
+						ref.Pid = n
+					}
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", hostPid)); err == nil {
+		b = bytes.TrimRight(b, "\x00")
+		ref.Command = printable(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	}
+	return ref
+}
+
+// printable keeps a box-written string safe to show: control characters
+// become '?' and it is cut at maxCommand bytes.
+func printable(s string) string {
+	if len(s) > maxCommand {
+		s = s[:maxCommand]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}

@@ -1,0 +1,34 @@
+package network
+
+import "github.com/corral-sandbox/corral/internal/netpolicy"
+
+// Limits bound one box's egress.
+type Limits struct {
+	// ConnectionsPerMinute is the rate of new connections (and DNS
+	// queries); a burst of that many is allowed.
+	ConnectionsPerMinute int `json:"connections_per_minute,omitempty"`
+	// EgressBytes is the budget of bytes sent and received through the
+	// proxy over the box's life.
+	EgressBytes int64 `json:"egress_bytes,omitempty"`
+}
+
+// SecretRef binds one secret to a box.
+type SecretRef struct {
+	Name string `json:"name"`
+	// Hosts the value may be sent to (allowlist patterns).
+	Hosts []string `json:"hosts"`
+	// Placeholder is what the box's environment holds instead of the value.
+	Placeholder string `json:"placeholder"`
+}
+
+// Settings are one box's network settings (kept in its record).
+type Settings struct {
+	Mode    netpolicy.Mode `json:"mode"`
+	Allow   []string       `json:"allow,omitempty"`
+	Limits  Limits         `json:"limits,omitzero"`
+	Secrets []SecretRef    `json:"secrets,omitempty"`
+}
+
+// Attached reports whether settings need the box's namespace wired: any
+// mode but none.
+func (s *Settings) Attached() bool { return s != nil && s.Mode != "" && s.Mode != netpolicy.ModeNone }

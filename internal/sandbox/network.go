@@ -1,0 +1,203 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+	"github.com/corral-sandbox/corral/internal/network"
+	"github.com/corral-sandbox/corral/internal/secrets"
+)
+
+// Networker serves the egress of boxes with network access (implemented
+// by internal/network.Service).
+type Networker interface {
+	// Prepare makes the box's CA when it has secrets and returns its
+	// certificate (PEM) for the box's trust store; nil without secrets.
+	Prepare(id string, set network.Settings) ([]byte, error)
+	// Attach wires the namespace of the box whose agent is pid and serves
+	// its egress; on an attached box it only updates the settings.
+	Attach(ctx context.Context, id string, pid int, set network.Settings) error
+	// Detach stops serving the box; purge also removes its state.
+	Detach(id string, purge bool) error
+	// Attached reports whether the box is served.
+	Attached(id string) bool
+}
+
+// SecretChecker reports whether a secret exists (the daemon's secret store).
+type SecretChecker func(name string) error
+
+// CAInstaller puts a box's CA certificate into its trust store through its
+// agent.
+type CAInstaller func(ctx context.Context, agentAddr string, pem []byte) error
+
+// CA trust-store paths inside a box, and the environment that points
+// common TLS stacks at them.
+const (
+	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	CACertPath   = "/usr/local/share/ca-certificates/corral-sandbox.crt"
+)
+
+// validateNetwork checks set and completes it: secrets get placeholders
+// (put into env) and default hosts (the allowlist's host rules).
+func (m *Manager) validateNetwork(set *network.Settings, env map[string]string) error {
+	if set == nil {
+		return nil
+	}
+	mode, err := netpolicy.ParseMode(string(set.Mode))
+	if err != nil {
+		return invalid("%v", err)
+	}
+	set.Mode = mode
+	pol, err := netpolicy.NewPolicy(mode, set.Allow)
+	if err != nil {
+		return invalid("%v", err)
+	}
+	if set.Limits.ConnectionsPerMinute < 0 || set.Limits.EgressBytes < 0 {
+		return invalid("network limits must not be negative")
+	}
+	seen := map[string]bool{}
+	for i := range set.Secrets {
+		s := &set.Secrets[i]
+		if err := secrets.ValidName(s.Name); err != nil {
+			return invalid("secret %q: %v", s.Name, err)
+		}
+		if seen[s.Name] {
+			return invalid("secret %q is listed twice", s.Name)
+		}
+		seen[s.Name] = true
+		if m.cfg.Network == nil {
+			return invalid("secrets need the daemon's network service")
+		}
+		if m.cfg.SecretExists != nil {
+			if err := m.cfg.SecretExists(s.Name); err != nil {
+				if errdefs.IsNotFound(err) {
+					return invalid("secret %q is not set (corral secret set %s)", s.Name, s.Name)
+				}
+				return err
+			}
+		}
+		if len(s.Hosts) == 0 {
+			for _, r := range pol.Rules() {
+				if r.Host != "" {
+					s.Hosts = append(s.Hosts, r.Host)
+				}
+			}
+		}
+		if len(s.Hosts) == 0 {
+			return invalid("secret %q: say which hosts may receive it (--secret %s=api.example.com); with network mode %s there is no allowlist to default to", s.Name, s.Name, mode)
+		}
+		for _, h := range s.Hosts {
+			if r, err := netpolicy.ParseRule(h); err != nil || r.Host == "" {
+				return invalid("secret %q: host %q must be a domain name or *.domain", s.Name, h)
+			}
+		}
+		if _, clash := env[s.Name]; clash {
+			return invalid("secret %q is also set with --env", s.Name)
+		}
+		if s.Placeholder == "" {
+			s.Placeholder = secrets.Placeholder()
+		}
+		env[s.Name] = s.Placeholder
+	}
+	if len(set.Secrets) > 0 {
+		env["REQUESTS_CA_BUNDLE"] = CABundlePath
+		env["NODE_EXTRA_CA_CERTS"] = CACertPath
+	}
+	if set.Attached() && m.cfg.Network == nil {
+		return invalid("network mode %s needs the daemon's network service", mode)
+	}
+	return nil
+}
+
+// attachNetwork wires a started box's network when its settings ask.
+func (m *Manager) attachNetwork(ctx context.Context, rec Record) error {
+	if !rec.Network.Attached() || m.cfg.Network == nil {
+		return nil
+	}
+	rt := m.cfg.Runtimes[rec.Runtime]
+	st, err := rt.State(ctx, rec.ID)
+	if err != nil {
+		return err
+	}
+	if st.Pid <= 0 {
+		return fmt.Errorf("sandbox %s has no running agent: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	}
+	return m.cfg.Network.Attach(ctx, rec.ID, st.Pid, *rec.Network)
+}
+
+// SetNetwork changes a running box's network settings (mode, allowlist,
+// limits; secrets are fixed at create). New connections follow them at once.
+func (m *Manager) SetNetwork(ctx context.Context, idOrName string, set network.Settings) (Record, error) {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return Record{}, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	m.mu.Lock()
+	gone, rec := b.gone, b.rec
+	m.mu.Unlock()
+	if gone {
+		return Record{}, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
+	}
+	if rec.State != StateRunning {
+		return Record{}, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	if len(set.Secrets) > 0 {
+		return Record{}, invalid("secrets are set when a sandbox is created; they cannot be changed")
+	}
+	if err := m.validateNetwork(&set, map[string]string{}); err != nil {
+		return Record{}, err
+	}
+	if rec.Network != nil {
+		set.Secrets = rec.Network.Secrets
+		if set.Limits == (network.Limits{}) {
+			set.Limits = rec.Network.Limits
+		}
+	}
+	rec.Network = &set
+	switch {
+	case set.Attached():
+		if err := m.attachNetwork(ctx, rec); err != nil {
+			return Record{}, err
+		}
+	case m.cfg.Network != nil && m.cfg.Network.Attached(rec.ID):
+		// Mode none on a wired box: keep the wiring, deny everything.
+		if err := m.cfg.Network.Attach(ctx, rec.ID, 0, set); err != nil {
+			return Record{}, err
+		}
+	}
+	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
+		return Record{}, fmt.Errorf("record sandbox %s: %w", rec.ID, err)
+	}
+	m.setRecord(b, rec)
+	log.G(ctx).Info("network settings changed", "sandbox", rec.ID, "mode", set.Mode, "allow", len(set.Allow))
+	return rec, nil
+}
+
+// AgentPid returns the ID of the running sandbox idOrName and the host pid
+// of its agent (tunnels dial into its network namespace).
+func (m *Manager) AgentPid(ctx context.Context, idOrName string) (string, int, error) {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return "", 0, err
+	}
+	m.mu.Lock()
+	rec := b.rec
+	m.mu.Unlock()
+	if rec.State != StateRunning {
+		return "", 0, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	st, err := m.cfg.Runtimes[rec.Runtime].State(ctx, rec.ID)
+	if err != nil {
+		return "", 0, err
+	}
+	if st.Pid <= 0 {
+		return "", 0, fmt.Errorf("sandbox %s has no running agent: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	}
+	return rec.ID, st.Pid, nil
+}
