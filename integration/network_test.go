@@ -83,7 +83,7 @@ func TestEgressPolicy(t *testing.T) {
 	baseSockets := d.daemonSockets()
 	id := d.create("--image", "host", "--network", "allowlist",
 		"--allow", "allowed.test", "--allow", "*.allowed.test", "--allow", "rebind.test", "--allow", "loopback.test")
-	curl := "curl -sS -m 10 "
+	curl := "curl -fsS -m 10 "
 
 	t.Run("no proxy variables", func(t *testing.T) {
 		out, _ := d.sh(id, "env | grep -i _proxy || echo none")
@@ -186,7 +186,7 @@ func TestEgressPolicy(t *testing.T) {
 	})
 	t.Run("log attributes attempts to the exec", func(t *testing.T) {
 		d.sh(id, "curl -sS -m 10 http://allowed.test/attributed")
-		d.sh(id, "curl -sS -m 10 http://forbidden.test/ --resolve forbidden.test:80:192.0.2.20")
+		d.sh(id, "curl -fsS -m 10 http://forbidden.test/ --resolve forbidden.test:80:192.0.2.20")
 		evs := d.netLog(id)
 		var allowOK, denyOK bool
 		for _, ev := range evs {
@@ -244,7 +244,7 @@ func TestEgressNoneByDefault(t *testing.T) {
 		t.Skip("needs curl on the host: apt-get install curl")
 	}
 	id := d.create("--image", "host")
-	if out, ok := d.sh(id, "curl -sS -m 5 http://192.0.2.10/"); ok {
+	if out, ok := d.sh(id, "curl -fsS -m 5 http://192.0.2.10/"); ok {
 		t.Errorf("a box without network reached the lab: %q", out)
 	}
 	if out, ok := d.sh(id, "busybox nslookup allowed.test"); ok && strings.Contains(out, "192.0.2.10") {
@@ -295,13 +295,14 @@ func TestSecrets(t *testing.T) {
 			t.Errorf("forbidden.test received the secret: %+v", r)
 		}
 	}
-	// The value is nowhere the user or the box can read.
+	// The value is nowhere the user or the box can read (the box's
+	// writable places; /usr is the host's, read-only).
 	for _, args := range [][]string{{"inspect", id}, {"net", "log", "--json", id}} {
 		if out := d.must(args...); strings.Contains(out, value) {
 			t.Errorf("corral %v shows the secret value", args)
 		}
 	}
-	if out, _ := d.sh(id, "grep -r "+value+" / --exclude-dir=proc --exclude-dir=sys -l 2>/dev/null | head -3"); strings.Contains(out, "/") {
+	if out, _ := d.sh(id, "grep -rl "+value+" /etc /root /tmp /home /var /workspace 2>/dev/null | head -3"); strings.Contains(out, "/") {
 		t.Errorf("the value is in the box's files: %q", out)
 	}
 	if b, err := os.ReadFile(d.logFile); err == nil && strings.Contains(string(b), value) {
@@ -316,15 +317,15 @@ func TestEgressSurvivesDaemonKill(t *testing.T) {
 		t.Skip("needs curl on the host: apt-get install curl")
 	}
 	id := d.create("--image", "host", "--allow", "allowed.test")
-	if out, ok := d.sh(id, "curl -sS -m 10 http://allowed.test/"); !ok {
+	if out, ok := d.sh(id, "curl -fsS -m 10 http://allowed.test/"); !ok {
 		t.Fatalf("before the kill: %q", out)
 	}
 	d.kill()
 	d.start()
-	if out, ok := d.sh(id, "curl -sS -m 10 http://allowed.test/"); !ok {
+	if out, ok := d.sh(id, "curl -fsS -m 10 http://allowed.test/"); !ok {
 		t.Errorf("after a daemon SIGKILL and restart: %q", out)
 	}
-	if out, ok := d.sh(id, "curl -sS -m 10 http://forbidden.test/ --resolve forbidden.test:80:192.0.2.20"); ok {
+	if out, ok := d.sh(id, "curl -fsS -m 10 http://forbidden.test/ --resolve forbidden.test:80:192.0.2.20"); ok {
 		t.Errorf("policy lost after restart: %q", out)
 	}
 	d.must("rm", "-f", id)

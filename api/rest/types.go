@@ -32,6 +32,44 @@ type CreateSandboxRequest struct {
 	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
 	// Runtime selects the OCI runtime ("crun", "runc"); empty = default.
 	Runtime string `json:"runtime,omitempty"`
+	// Network is the egress policy; nil means the image's, or mode none.
+	Network *Network `json:"network,omitempty"`
+	// Secrets are stored secrets (corral secret set) the sandbox may use:
+	// its environment gets a placeholder under each name, which the egress
+	// proxy replaces with the value on requests to the secret's hosts.
+	Secrets []SecretBinding `json:"secrets,omitempty"`
+}
+
+// Network is a sandbox's egress policy.
+type Network struct {
+	// Mode is "none" (nothing leaves the sandbox; "" means none),
+	// "allowlist" (only Allow) or "full" (every public destination).
+	Mode string `json:"mode"`
+	// Allow are the destinations of mode allowlist: "example.org",
+	// "*.example.org", "203.0.113.0/24", each optionally with ":PORT".
+	Allow []string `json:"allow,omitempty"`
+	// Limits bound the sandbox's egress; nil or zero fields mean the
+	// daemon's defaults (and, when changing a running sandbox's policy,
+	// keep its current limits).
+	Limits *NetworkLimits `json:"limits,omitempty"`
+}
+
+// NetworkLimits bound a sandbox's egress.
+type NetworkLimits struct {
+	// ConnectionsPerMinute is the rate of new connections and DNS queries.
+	ConnectionsPerMinute int `json:"connections_per_minute,omitempty"`
+	// EgressBytes is the budget of bytes sent and received through the
+	// proxy over the sandbox's life.
+	EgressBytes int64 `json:"egress_bytes,omitempty"`
+}
+
+// SecretBinding binds a stored secret to a sandbox. It never carries the
+// value or the placeholder.
+type SecretBinding struct {
+	Name string `json:"name"`
+	// Hosts may receive the value (domain names or "*.domain"); empty
+	// means the host rules of the sandbox's allowlist.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // Usage is a sandbox's resource use, read from its cgroup.
@@ -64,6 +102,85 @@ type Sandbox struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// AgentPath is the path prefix of the sandbox's data plane on this API.
 	AgentPath string `json:"agent_path"`
+	// Network is the egress policy; nil means mode none.
+	Network *Network `json:"network,omitempty"`
+	// Secrets are the secrets bound to the sandbox (names and hosts only).
+	Secrets []SecretBinding `json:"secrets,omitempty"`
+}
+
+// NetworkEvent is one egress attempt of a sandbox, a line of
+// GET /v1/sandboxes/{id}/network/log: a TCP connection or a DNS query,
+// allowed or denied.
+type NetworkEvent struct {
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	// Kind is "tcp" (transparent proxy), "connect" or "http" (explicit
+	// proxy) or "dns".
+	Kind string `json:"kind"`
+	// Host is the destination name (SNI, Host header, CONNECT target or
+	// DNS query), "" when the sandbox gave none.
+	Host string `json:"host,omitempty"`
+	// Addr is the address dialled (allowed) or asked for (denied).
+	Addr string `json:"addr,omitempty"`
+	Port uint16 `json:"port,omitempty"`
+	// Verdict is "allow" or "deny"; Reason says which rule or why not.
+	Verdict  string `json:"verdict"`
+	Reason   string `json:"reason,omitempty"`
+	BytesOut int64  `json:"bytes_out"`
+	BytesIn  int64  `json:"bytes_in"`
+	// DurationMS is how long an allowed connection lasted.
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Exec is the command started through the agent that the connection
+	// comes from; Process the process that owned the socket.
+	Exec    *ProcessRef `json:"exec,omitempty"`
+	Process *ProcessRef `json:"process,omitempty"`
+	// Secrets are the names of the secrets substituted on the connection.
+	Secrets []string `json:"secrets,omitempty"`
+}
+
+// ProcessRef names one process of a sandbox by its pid inside the sandbox.
+type ProcessRef struct {
+	Pid     int    `json:"pid"`
+	Command string `json:"command"`
+}
+
+// Secret describes a stored secret; no route returns a value.
+type Secret struct {
+	Name    string    `json:"name"`
+	Updated time.Time `json:"updated"`
+}
+
+// SecretList is the body of GET /v1/secrets.
+type SecretList struct {
+	Secrets []Secret `json:"secrets"`
+}
+
+// SetSecretRequest is the body of PUT /v1/secrets/{name}.
+type SetSecretRequest struct {
+	// Value is 1 byte to 64 KiB, without NUL bytes.
+	Value string `json:"value"`
+}
+
+// Port is an exposed port of a sandbox, reachable through the daemon's
+// tunnel listener.
+type Port struct {
+	Sandbox string `json:"sandbox"`
+	Port    int    `json:"port"`
+	// URL reaches the port; it carries the exposure's token, so whoever
+	// has it can use the port.
+	URL     string    `json:"url"`
+	Created time.Time `json:"created"`
+}
+
+// PortList is the body of GET /v1/sandboxes/{id}/ports.
+type PortList struct {
+	Ports []Port `json:"ports"`
+}
+
+// ExposePortRequest is the body of POST /v1/sandboxes/{id}/ports.
+type ExposePortRequest struct {
+	// Port is a TCP port on the sandbox's loopback, 1 to 65535.
+	Port int `json:"port"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -27,6 +27,17 @@
 //	           "hi", and store the tag or "built"
 //	prune      reports 2 layers and 3 MiB freed (1 cache entry with
 //	           build_cache)
+//
+// Network routes of the fake daemon:
+//
+//	network      PUT checks the mode (none, allowlist, full or "") and
+//	             stores the policy in the sandbox (limits left out are kept)
+//	network/log  answers NetLog[id] as NDJSON; with follow=1 (counted in
+//	             Follows) it then ends, as when the sandbox's network goes
+//	             away; a sandbox whose policy is nil or mode none cannot be
+//	             followed (412)
+//	secrets      kept in Secrets; names must match [A-Z_][A-Z0-9_]*
+//	ports        URLs are http://tunnels.test/t/ID/PORT/?corral_token=tok-ID-PORT
 package clienttest
 
 import (
@@ -40,6 +51,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,6 +99,15 @@ type Daemon struct {
 	// Dirs lists paths that Stat reports as directories; other paths in
 	// Files are files; guarded by Mu.
 	Dirs map[string]bool
+	// Secrets holds the values of stored secrets by name; guarded by Mu.
+	Secrets map[string]string
+	// NetLog holds the egress log of each sandbox by ID; guarded by Mu.
+	NetLog map[string][]rest.NetworkEvent
+	// Follows counts egress-log requests with follow=1; guarded by Mu.
+	Follows int
+	// Ports holds the exposed ports of each sandbox by ID, by port;
+	// guarded by Mu.
+	Ports map[string][]rest.Port
 
 	nextID  int                    // guarded by Mu
 	inputs  map[uint32]chan []byte // guarded by Mu; nil chunk = EOF
@@ -100,6 +121,9 @@ func New() *Daemon {
 		Images:    map[string]*rest.Image{"busybox": {Name: "busybox", Builtin: true, Default: true, Layers: 1, Source: "builtin"}},
 		Files:     map[string][]byte{},
 		Dirs:      map[string]bool{"/": true, "/tmp": true},
+		Secrets:   map[string]string{},
+		NetLog:    map[string][]rest.NetworkEvent{},
+		Ports:     map[string][]rest.Port{},
 		inputs:    map[uint32]chan []byte{},
 		nextPID:   100,
 	}
@@ -141,6 +165,7 @@ func (d *Daemon) Handler() http.Handler {
 		}
 		d.Mu.Lock()
 		delete(d.Sandboxes, sb.ID)
+		delete(d.Ports, sb.ID)
 		d.Mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -252,6 +277,7 @@ func (d *Daemon) Handler() http.Handler {
 		ev.image(d.store(cmp.Or(req.Name, req.Ref), "bootstrap", 100<<20))
 	})
 	mux.HandleFunc("POST /v1/build", d.build)
+	d.networkRoutes(mux)
 	mux.HandleFunc("/v1/sandboxes/{id}/agent/", func(w http.ResponseWriter, r *http.Request) {
 		sb := d.lookup(r.PathValue("id"))
 		if sb == nil {
@@ -318,6 +344,16 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 		ID: id, Name: req.Name, Image: req.Image, Runtime: "crun", State: "running",
 		Resources: req.Resources, Env: req.Env, Workdir: req.Workdir, User: req.User, Labels: req.Labels,
 		Created: time.Unix(0, 0).UTC(), Usage: &rest.Usage{Pids: 1}, AgentPath: "/v1/sandboxes/" + id + "/agent",
+		Network: req.Network, Secrets: req.Secrets,
+	}
+	for _, b := range req.Secrets {
+		if _, ok := d.Secrets[b.Name]; !ok {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "secret "+b.Name+" is not set")
+			return
+		}
+	}
+	if req.Network == nil && len(req.Secrets) > 0 {
+		sb.Network = &rest.Network{Mode: "none"}
 	}
 	if req.Runtime != "" {
 		sb.Runtime = req.Runtime
@@ -651,4 +687,158 @@ func (f *fsSvc) Stat(_ context.Context, req *connect.Request[fspb.StatRequest]) 
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such file or directory: "+p))
 	}
 	return connect.NewResponse(&fspb.StatResponse{Entry: e}), nil
+}
+
+var secretName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// networkRoutes adds the routes of egress policies, egress logs, secrets
+// and exposed ports.
+func (d *Daemon) networkRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) {
+		var n rest.Network
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&n); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "decode body: "+err.Error())
+			return
+		}
+		switch n.Mode {
+		case "", "none", "allowlist", "full":
+		default:
+			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("network mode %q: want none, allowlist or full", n.Mode))
+			return
+		}
+		sb := d.lookup(r.PathValue("id"))
+		if sb == nil {
+			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
+			return
+		}
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		if n.Limits == nil && sb.Network != nil {
+			n.Limits = sb.Network.Limits
+		}
+		sb.Network = &n
+		writeJSON(w, http.StatusOK, sb)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/network/log", func(w http.ResponseWriter, r *http.Request) {
+		sb := d.lookup(r.PathValue("id"))
+		if sb == nil {
+			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
+			return
+		}
+		d.Mu.Lock()
+		follow := r.URL.Query().Get("follow") == "1"
+		if follow {
+			d.Follows++
+		}
+		attached := sb.Network != nil && sb.Network.Mode != "" && sb.Network.Mode != "none"
+		evs := slices.Clone(d.NetLog[sb.ID])
+		d.Mu.Unlock()
+		if follow && !attached {
+			writeError(w, http.StatusPreconditionFailed, "failed_precondition", "sandbox "+sb.ID+" has no network attached")
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		for _, ev := range evs {
+			_ = enc.Encode(ev)
+		}
+	})
+	mux.HandleFunc("GET /v1/secrets", func(w http.ResponseWriter, _ *http.Request) {
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		l := rest.SecretList{Secrets: []rest.Secret{}}
+		for name := range d.Secrets {
+			l.Secrets = append(l.Secrets, rest.Secret{Name: name, Updated: time.Unix(0, 0).UTC()})
+		}
+		slices.SortFunc(l.Secrets, func(a, b rest.Secret) int { return strings.Compare(a.Name, b.Name) })
+		writeJSON(w, http.StatusOK, l)
+	})
+	mux.HandleFunc("PUT /v1/secrets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var req rest.SetSecretRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "decode body: "+err.Error())
+			return
+		}
+		name := r.PathValue("name")
+		if !secretName.MatchString(name) || req.Value == "" {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "secret "+name+": bad name or empty value")
+			return
+		}
+		d.Mu.Lock()
+		d.Secrets[name] = req.Value
+		d.Mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("DELETE /v1/secrets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		name := r.PathValue("name")
+		if _, ok := d.Secrets[name]; !ok {
+			writeError(w, http.StatusNotFound, "not_found", "secret "+name+" not found")
+			return
+		}
+		delete(d.Secrets, name)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/ports", func(w http.ResponseWriter, r *http.Request) {
+		var req rest.ExposePortRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Port < 1 || req.Port > 65535 {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "port must be in 1..65535")
+			return
+		}
+		sb := d.lookup(r.PathValue("id"))
+		if sb == nil {
+			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
+			return
+		}
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		for _, p := range d.Ports[sb.ID] {
+			if p.Port == req.Port {
+				writeJSON(w, http.StatusCreated, p)
+				return
+			}
+		}
+		p := rest.Port{
+			Sandbox: sb.ID, Port: req.Port, Created: time.Unix(0, 0).UTC(),
+			URL: fmt.Sprintf("http://tunnels.test/t/%s/%d/?corral_token=tok-%s-%d", sb.ID, req.Port, sb.ID, req.Port),
+		}
+		d.Ports[sb.ID] = append(d.Ports[sb.ID], p)
+		slices.SortFunc(d.Ports[sb.ID], func(a, b rest.Port) int { return cmp.Compare(a.Port, b.Port) })
+		writeJSON(w, http.StatusCreated, p)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", func(w http.ResponseWriter, r *http.Request) {
+		sb := d.lookup(r.PathValue("id"))
+		if sb == nil {
+			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
+			return
+		}
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		writeJSON(w, http.StatusOK, rest.PortList{Ports: append([]rest.Port{}, d.Ports[sb.ID]...)})
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/ports/{port}", func(w http.ResponseWriter, r *http.Request) {
+		sb := d.lookup(r.PathValue("id"))
+		if sb == nil {
+			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
+			return
+		}
+		port, err := strconv.Atoi(r.PathValue("port"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", "port "+r.PathValue("port")+" is not a number")
+			return
+		}
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		i := slices.IndexFunc(d.Ports[sb.ID], func(p rest.Port) bool { return p.Port == port })
+		if i < 0 {
+			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("port %d of sandbox %s is not exposed", port, sb.ID))
+			return
+		}
+		d.Ports[sb.ID] = slices.Delete(d.Ports[sb.ID], i, i+1)
+		w.WriteHeader(http.StatusNoContent)
+	})
 }

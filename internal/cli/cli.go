@@ -168,6 +168,7 @@ for a TCP daemon is read from CORRAL_TOKEN.`,
 		a.serveCmd(), a.agentCmd(),
 		a.createCmd(), a.runCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.psCmd(),
 		a.cpCmd(), a.versionCmd(), a.imageCmd(), a.buildCmd(), a.benchCmd(),
+		a.netCmd(), a.secretCmd(), a.portCmd(),
 	)
 	return root
 }

@@ -29,6 +29,7 @@ type createFlags struct {
 	memory, disk, pids                  int64
 	env, labels                         []string
 	timeout                             time.Duration
+	net                                 netFlags
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -43,6 +44,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label K=V; repeatable")
 	fs.StringVar(&f.name, "name", "", "unique name, usable wherever an ID is")
 	fs.StringVar(&f.runtime, "runtime", "", "OCI runtime: crun or runc (default: the daemon's)")
+	f.net.register(fs, "network")
 }
 
 func (f *createFlags) request() (rest.CreateSandboxRequest, error) {
@@ -61,6 +63,9 @@ func (f *createFlags) request() (rest.CreateSandboxRequest, error) {
 		return req, err
 	}
 	if req.Labels, err = parseKV(f.labels, "--label"); err != nil {
+		return req, err
+	}
+	if err := f.net.apply(&req); err != nil {
 		return req, err
 	}
 	return req, nil
@@ -115,10 +120,18 @@ func (a *app) createCmd() *cobra.Command {
 With --spec, the spec is built first (as "corral build -f FILE" would; an
 unchanged spec is taken from the cache at once, a spec without a name gets
 one from its path) and the sandbox is made from the built image: the image's
-env, workdir, user and limits apply, and flags given here override them.`,
+env, workdir, user and limits apply, and flags given here override them.
+
+Egress is off unless asked for (or set by the image's spec): --network full
+or --allow DEST (mode allowlist) let the sandbox out through the daemon's
+egress proxy, which logs every attempt ("corral net log"). --secret NAME
+gives the sandbox a placeholder for a stored secret ("corral secret set")
+that the proxy replaces with the value on requests to the secret's hosts.`,
 		Example: `  corral create
   corral create --image python --memory 1g --cpus 2 --pids 256 --name web
   corral create --env API_URL=http://x --label team=ml --timeout 1h
+  corral create --allow pypi.example.org --allow '*.github.com' --net-budget 2g
+  corral create --network full --secret OPENAI_API_KEY=api.openai.example
   corral create --spec corral.yaml --memory 2g`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

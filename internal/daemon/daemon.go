@@ -4,6 +4,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +25,6 @@ import (
 
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/internal/agentclient"
-	"github.com/corral-sandbox/corral/internal/network"
-	"github.com/corral-sandbox/corral/internal/secrets"
-	"github.com/corral-sandbox/corral/internal/tunnel"
 	"github.com/corral-sandbox/corral/internal/build"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/httpapi"
@@ -34,9 +32,12 @@ import (
 	"github.com/corral-sandbox/corral/internal/image/source"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/meta"
+	"github.com/corral-sandbox/corral/internal/network"
 	"github.com/corral-sandbox/corral/internal/runtime/oci"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
+	"github.com/corral-sandbox/corral/internal/tunnel"
 	"github.com/corral-sandbox/corral/internal/version"
 )
 
@@ -155,8 +156,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			_, err := secretStore.Get(name)
 			return err
 		},
-		InstallCA:  installCA,
-		ResolvConf: resolvConf,
+		InstallCA:      installCA,
+		ResolvConf:     resolvConf,
 		Runtimes:       runtimes,
 		DefaultRuntime: cfg.DefaultRuntime,
 		Layers:         layers,
@@ -197,11 +198,22 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err := os.MkdirAll(uploads, 0o700); err != nil {
 		return nil, fmt.Errorf("uploads: %w", err)
 	}
+	var tunnels *tunnel.Registry
+	tunnelBase := cfg.Tunnels.URL
+	if cfg.Tunnels.Listen != "" {
+		tunnels = d.tunnels
+		tunnelBase = cmp.Or(tunnelBase, "http://"+cfg.Tunnels.Listen)
+	}
 	d.api, err = httpapi.New(httpapi.Config{
-		Manager:   m,
-		Images:    images,
-		Builder:   build.New(images, m),
-		UploadDir: uploads,
+		Network:      netsvc,
+		Secrets:      secretStore,
+		Tunnels:      tunnels,
+		TunnelBase:   tunnelBase,
+		TunnelDomain: cfg.Tunnels.Domain,
+		Manager:      m,
+		Images:       images,
+		Builder:      build.New(images, m),
+		UploadDir:    uploads,
 		Version: rest.Version{
 			Version:   version.Version,
 			GoVersion: goruntime.Version(),

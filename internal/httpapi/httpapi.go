@@ -1,7 +1,8 @@
 // Package httpapi serves Corral's HTTP API: the control-plane REST routes
-// (sandboxes, images, builds, version; documented in api/openapi.yaml;
-// pulls, loads, bootstraps and builds answer with an application/x-ndjson
-// stream of rest.Event) and the data
+// (sandboxes, their network policy, egress log and exposed ports, secrets,
+// images, builds, version; documented in api/openapi.yaml; pulls, loads,
+// bootstraps and builds answer with an application/x-ndjson stream of
+// rest.Event, the egress log with one of rest.NetworkEvent) and the data
 // plane, which reverse-proxies the agent protocol of each sandbox. It is the
 // only place where error classes become HTTP status codes.
 package httpapi
@@ -25,6 +26,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/image"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/tunnel"
 )
 
 // maxJSONBody bounds buffered JSON request bodies.
@@ -83,6 +85,17 @@ type Config struct {
 	// MaxUploadBytes bounds one upload (an archive to load, the file
 	// contents of a build context); 0 means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// Network serves the egress log (*network.Service); nil answers 501.
+	Network NetworkLog
+	// Secrets serves /v1/secrets (*secrets.Store); nil answers 501.
+	Secrets SecretStore
+	// Tunnels records exposed ports; nil (tunnels not configured)
+	// answers 501.
+	Tunnels *tunnel.Registry
+	// TunnelBase is the base URL of the tunnel listener and TunnelDomain
+	// its optional domain, for the URLs of exposed ports (tunnel.URL).
+	TunnelBase   string
+	TunnelDomain string
 }
 
 // Server is the HTTP API.
@@ -122,27 +135,35 @@ func (s *Server) Routes() []string {
 
 func (s *Server) routes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"GET /health":                        s.health,
-		"GET /openapi.yaml":                  s.openapi,
-		"GET /v1/version":                    s.version,
-		"POST /v1/sandboxes":                 s.createSandbox,
-		"GET /v1/sandboxes":                  s.listSandboxes,
-		"GET /v1/sandboxes/{id}":             s.getSandbox,
-		"DELETE /v1/sandboxes/{id}":          s.deleteSandbox,
-		"GET /v1/images":                     s.listImages,
-		"GET /v1/images/{name...}":           s.inspectImage,
-		"DELETE /v1/images/{name...}":        s.removeImage,
-		"POST /v1/images/import":             s.importImage,
-		"POST /v1/images/pull":               s.pullImage,
-		"POST /v1/images/load":               s.loadImage,
-		"POST /v1/images/bootstrap":          s.bootstrapImage,
-		"POST /v1/images/tag":                s.tagImage,
-		"POST /v1/images/prune":              s.pruneImages,
-		"POST /v1/build":                     s.build,
-		"/v1/sandboxes/{id}/agent/{rest...}": s.agentByPath,
-		"/process.Process/{method}":          s.agentByHeader,
-		"/filesystem.Filesystem/{method}":    s.agentByHeader,
-		"/files":                             s.agentByHeader,
+		"GET /health":                            s.health,
+		"GET /openapi.yaml":                      s.openapi,
+		"GET /v1/version":                        s.version,
+		"POST /v1/sandboxes":                     s.createSandbox,
+		"GET /v1/sandboxes":                      s.listSandboxes,
+		"GET /v1/sandboxes/{id}":                 s.getSandbox,
+		"DELETE /v1/sandboxes/{id}":              s.deleteSandbox,
+		"PUT /v1/sandboxes/{id}/network":         s.setNetwork,
+		"GET /v1/sandboxes/{id}/network/log":     s.networkLog,
+		"POST /v1/sandboxes/{id}/ports":          s.exposePort,
+		"GET /v1/sandboxes/{id}/ports":           s.listPorts,
+		"DELETE /v1/sandboxes/{id}/ports/{port}": s.unexposePort,
+		"GET /v1/secrets":                        s.listSecrets,
+		"PUT /v1/secrets/{name}":                 s.setSecret,
+		"DELETE /v1/secrets/{name}":              s.deleteSecret,
+		"GET /v1/images":                         s.listImages,
+		"GET /v1/images/{name...}":               s.inspectImage,
+		"DELETE /v1/images/{name...}":            s.removeImage,
+		"POST /v1/images/import":                 s.importImage,
+		"POST /v1/images/pull":                   s.pullImage,
+		"POST /v1/images/load":                   s.loadImage,
+		"POST /v1/images/bootstrap":              s.bootstrapImage,
+		"POST /v1/images/tag":                    s.tagImage,
+		"POST /v1/images/prune":                  s.pruneImages,
+		"POST /v1/build":                         s.build,
+		"/v1/sandboxes/{id}/agent/{rest...}":     s.agentByPath,
+		"/process.Process/{method}":              s.agentByHeader,
+		"/filesystem.Filesystem/{method}":        s.agentByHeader,
+		"/files":                                 s.agentByHeader,
 	}
 }
 
@@ -202,6 +223,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := s.cfg.Manager.Create(r.Context(), sandbox.CreateRequest{
+		Network:   toSettings(req.Network, req.Secrets),
 		Image:     req.Image,
 		Name:      req.Name,
 		Resources: sandbox.Resources(req.Resources),
@@ -260,9 +282,20 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(r.Context(), w, err)
 		return
 	}
-	if err := s.cfg.Manager.Delete(r.Context(), r.PathValue("id"), force); err != nil {
+	id := r.PathValue("id")
+	if rec, err := s.cfg.Manager.Get(r.Context(), id); err == nil {
+		id = rec.ID // names do not key exposures
+	}
+	if err := s.cfg.Manager.Delete(r.Context(), id, force); err != nil {
 		writeError(r.Context(), w, err)
 		return
+	}
+	if s.cfg.Tunnels != nil {
+		// The sandbox is gone either way; the daemon's next start drops
+		// what is left (tunnel.Registry.Keep).
+		if err := s.cfg.Tunnels.RemoveSandbox(id); err != nil {
+			log.G(r.Context()).Warn("remove the exposed ports of a removed sandbox", "sandbox", id, "error", err)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -290,6 +323,7 @@ func toSandbox(rec sandbox.Record) rest.Sandbox {
 		d := rec.Deadline
 		sb.Deadline = &d
 	}
+	sb.Network, sb.Secrets = fromSettings(rec.Network)
 	return sb
 }
 

@@ -123,7 +123,7 @@ func (s *Service) loadOrMakeCA(id string) (*secrets.CA, error) {
 	p := filepath.Join(s.dir(id), "ca.pem")
 	if ca, err := secrets.LoadCA(p); err == nil {
 		return ca, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, os.ErrNotExist) && !errdefs.IsNotFound(err) {
 		return nil, err
 	}
 	ca, err := secrets.NewCA(id)

@@ -124,6 +124,10 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	}
 	if req.Network != nil {
 		set := *req.Network
+		if set.Mode == "" && req.Base == nil && img.Network != nil {
+			// Only secrets (or limits) asked for: the image's policy stays.
+			set.Mode, set.Allow = img.Network.Mode, img.Network.Allow
+		}
 		set.Allow = slices.Clone(set.Allow)
 		set.Secrets = slices.Clone(set.Secrets)
 		p.rec.Network = &set

@@ -38,7 +38,7 @@ type CAInstaller func(ctx context.Context, agentAddr string, pem []byte) error
 // common TLS stacks at them.
 const (
 	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
-	CACertPath   = "/usr/local/share/ca-certificates/corral-sandbox.crt"
+	CACertPath   = "/etc/corral/ca.crt"
 )
 
 // validateNetwork checks set and completes it: secrets get placeholders

@@ -20,9 +20,9 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// DefaultMax is the read limit Sniff uses when given maxBytes <= 0. A ClientHello
-// with post-quantum key shares is about 2 KiB; browsers' HTTP request heads
-// rarely pass 16 KiB.
+// DefaultMax is the read limit Sniff uses when given maxBytes <= 0. A
+// ClientHello with post-quantum key shares is about 2 KiB; browsers' HTTP
+// request heads rarely pass 16 KiB.
 const DefaultMax = 64 << 10
 
 var (
@@ -87,8 +87,8 @@ const maxEmptyReads = 100
 // Sniff reads from r until it can decide what the connection is: a complete
 // ClientHello (possibly spread over several TLS records and reads), a
 // complete HTTP/1.x request head up to the blank line, or bytes that are
-// neither. It never reads more than maxBytes (DefaultMax when maxBytes <= 0)
-// and returns ErrTooLarge when that is not enough. It returns the result and
+// neither. It never reads more than maxBytes (DefaultMax when maxBytes <=
+// 0) and returns ErrTooLarge when that is not enough. It returns the result and
 // all the bytes it read, which may run past the ClientHello or request head;
 // the caller replays them upstream.
 //
@@ -107,7 +107,7 @@ func Sniff(r io.Reader, maxBytes int) (Result, []byte, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMax
 	}
-	s := sniffer{maxBytes: maxBytes}
+	s := sniffer{max: maxBytes}
 	buf := make([]byte, 0, min(maxBytes, 4096))
 	empty := 0
 	for {
