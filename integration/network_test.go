@@ -5,10 +5,15 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // netDaemon starts a daemon whose egress proxy resolves names through the
@@ -327,6 +332,67 @@ func TestEgressSurvivesDaemonKill(t *testing.T) {
 	}
 	if out, ok := d.sh(id, "curl -fsS -m 10 http://forbidden.test/ --resolve forbidden.test:80:192.0.2.20"); ok {
 		t.Errorf("policy lost after restart: %q", out)
+	}
+	d.must("rm", "-f", id)
+	d.requireNoLeftovers()
+}
+
+func TestTunnel(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	d := startDaemonWith(t, func(cfg *string, _ string) {
+		*cfg += fmt.Sprintf("\n[tunnels]\nlisten = %q\n", addr)
+	})
+	id := d.create("--image", "busybox")
+	d.must("exec", id, "--", "sh", "-c", "mkdir -p /www && echo hello-from-the-box > /www/index.html")
+	d.must("exec", "--detach", id, "--", "httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www")
+	u := strings.TrimSpace(d.must("port", "expose", id, "8000"))
+	if !strings.Contains(u, "corral_token=") {
+		t.Fatalf("port expose printed %q; want a URL with a token", u)
+	}
+	// A browser-like client: the token in the URL becomes a cookie.
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Timeout: 10 * time.Second, Jar: jar}
+	var body string
+	for i := 0; i < 50; i++ { // httpd may still be starting
+		resp, err := client.Get(u)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(body, "hello-from-the-box") {
+		t.Fatalf("GET %s = %q", u, body)
+	}
+	// Without the token: 401, and the box is not reached.
+	bare := strings.Split(u, "?")[0]
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET without the token = %d; want 401", resp.StatusCode)
+	}
+	if out := d.must("port", "ls", id); !strings.Contains(out, "8000") {
+		t.Errorf("port ls = %q", out)
+	}
+	d.must("port", "rm", id, "8000")
+	resp, err = (&http.Client{Timeout: 10 * time.Second}).Get(u)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("the URL still works after port rm")
+		}
 	}
 	d.must("rm", "-f", id)
 	d.requireNoLeftovers()
