@@ -90,10 +90,12 @@ func (m *Manager) validateNetwork(set *network.Settings, env map[string]string) 
 		if len(s.Hosts) == 0 {
 			return invalid("secret %q: say which hosts may receive it (--secret %s=api.example.com); with network mode %s there is no allowlist to default to", s.Name, s.Name, mode)
 		}
-		for _, h := range s.Hosts {
-			if r, err := netpolicy.ParseRule(h); err != nil || r.Host == "" {
-				return invalid("secret %q: host %q must be a domain name or *.domain", s.Name, h)
+		for i, h := range s.Hosts {
+			r, err := netpolicy.ParseRule(h)
+			if err != nil || r.Host == "" || r.Port != 0 {
+				return invalid("secret %q: host %q must be a domain name or *.domain (no port)", s.Name, h)
 			}
+			s.Hosts[i] = r.Host
 		}
 		if _, clash := env[s.Name]; clash {
 			return invalid("secret %q is also set with --env", s.Name)
