@@ -177,3 +177,17 @@ for a TCP daemon is read from CORRAL_TOKEN.`,
 func (a *app) client() (*client.Client, error) {
 	return client.New(client.WithHost(a.host), client.WithLogger(a.logger))
 }
+
+// each calls fn for every name, prints the names it succeeded for and
+// returns the failures, each prefixed with its name.
+func (a *app) each(ctx context.Context, names []string, fn func(context.Context, string) error) error {
+	var errs []error
+	for _, n := range names {
+		if err := fn(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+			continue
+		}
+		fmt.Fprintln(a.streams.Out, n)
+	}
+	return errors.Join(errs...)
+}

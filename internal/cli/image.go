@@ -291,15 +291,7 @@ from an image keep its layers until they are removed.`,
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, n := range args {
-				if err := c.RemoveImage(cmd.Context(), n); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", n, err))
-					continue
-				}
-				fmt.Fprintln(a.streams.Out, n)
-			}
-			return errors.Join(errs...)
+			return a.each(cmd.Context(), args, c.RemoveImage)
 		},
 	}
 }

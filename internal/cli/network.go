@@ -429,8 +429,9 @@ func (a *app) secretRmCmd() *cobra.Command {
 		Use:     "rm NAME...",
 		Aliases: []string{"remove"},
 		Short:   "Remove stored secrets",
-		Long: `Remove stored secrets. Sandboxes already created with a secret keep using
-its value until they are removed.`,
+		Long: `Remove stored secrets. The egress proxy reads a value when it sends it, so
+sandboxes created with a removed secret can no longer use it: their requests
+that would carry it fail with an error.`,
 		Example: `  corral secret rm OPENAI_API_KEY
   corral secret rm $(corral secret ls -q)`,
 		Args: cobra.MinimumNArgs(1),
@@ -439,15 +440,7 @@ its value until they are removed.`,
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, name := range args {
-				if err := c.DeleteSecret(cmd.Context(), name); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", name, err))
-					continue
-				}
-				fmt.Fprintln(a.streams.Out, name)
-			}
-			return errors.Join(errs...)
+			return a.each(cmd.Context(), args, c.DeleteSecret)
 		},
 	}
 }
