@@ -150,17 +150,15 @@ func (d *Daemon) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, l)
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		writeJSON(w, http.StatusOK, sb)
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		d.Mu.Lock()
@@ -279,9 +277,8 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/build", d.build)
 	d.networkRoutes(mux)
 	mux.HandleFunc("/v1/sandboxes/{id}/agent/", func(w http.ResponseWriter, r *http.Request) {
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		http.StripPrefix("/v1/sandboxes/"+r.PathValue("id")+"/agent", d.agent(sb.ID)).ServeHTTP(w, r)
@@ -302,6 +299,15 @@ func (d *Daemon) Handler() http.Handler {
 
 // Server starts an httptest server for the daemon; the caller closes it.
 func (d *Daemon) Server() *httptest.Server { return httptest.NewServer(d.Handler()) }
+
+// sandbox finds the request's {id}, or answers 404 and returns nil.
+func (d *Daemon) sandbox(w http.ResponseWriter, r *http.Request) *rest.Sandbox {
+	sb := d.lookup(r.PathValue("id"))
+	if sb == nil {
+		writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
+	}
+	return sb
+}
 
 func (d *Daemon) lookup(id string) *rest.Sandbox {
 	d.Mu.Lock()
@@ -708,9 +714,8 @@ func (d *Daemon) networkRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("network mode %q: want none, allowlist or full", n.Mode))
 			return
 		}
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		d.Mu.Lock()
@@ -722,9 +727,8 @@ func (d *Daemon) networkRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, sb)
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/network/log", func(w http.ResponseWriter, r *http.Request) {
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		d.Mu.Lock()
@@ -789,9 +793,8 @@ func (d *Daemon) networkRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, "invalid_argument", "port must be in 1..65535")
 			return
 		}
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		d.Mu.Lock()
@@ -811,9 +814,8 @@ func (d *Daemon) networkRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusCreated, p)
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", func(w http.ResponseWriter, r *http.Request) {
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		d.Mu.Lock()
@@ -821,9 +823,8 @@ func (d *Daemon) networkRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, rest.PortList{Ports: append([]rest.Port{}, d.Ports[sb.ID]...)})
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}/ports/{port}", func(w http.ResponseWriter, r *http.Request) {
-		sb := d.lookup(r.PathValue("id"))
+		sb := d.sandbox(w, r)
 		if sb == nil {
-			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
 		}
 		port, err := strconv.Atoi(r.PathValue("port"))
