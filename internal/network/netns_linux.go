@@ -65,22 +65,14 @@ type listeners struct {
 
 func (l *listeners) Close() error {
 	var errs []error
+	// A nil field converts to a nil interface: listen may have made only
+	// some of them.
 	for _, c := range []interface{ Close() error }{l.proxy, l.dnsUDP, l.dnsTCP} {
-		if c != nil && !isNil(c) {
+		if c != nil {
 			errs = append(errs, c.Close())
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func isNil(c interface{ Close() error }) bool {
-	switch v := c.(type) {
-	case net.Listener:
-		return v == nil
-	case net.PacketConn:
-		return v == nil
-	}
-	return false
 }
 
 // wire configures the namespace at nsPath (address, route, rules) and

@@ -182,12 +182,8 @@ func (b *boxNet) transparent(c net.Conn, dst netip.AddrPort, ev *Event) {
 	if ok, _ := b.decide("", dst.Addr(), dst.Port()); ok {
 		wait = sniffWaitByIP
 	}
-	c.SetReadDeadline(time.Now().Add(wait))
-	res, prefix, err := sniff.Sniff(c, sniffMax)
-	c.SetReadDeadline(time.Time{})
-	var ne net.Error
-	timedOut := errors.As(err, &ne) && ne.Timeout()
-	if err != nil && !timedOut {
+	res, prefix, timedOut, err := sniffFirst(c, wait)
+	if err != nil {
 		why := fmt.Sprintf("unreadable first bytes: %v", err)
 		if res.Kind == sniff.HTTP {
 			deny(c, http.StatusBadRequest, why)
@@ -209,15 +205,29 @@ func (b *boxNet) transparent(c net.Conn, dst netip.AddrPort, ev *Event) {
 	}
 }
 
+// sniffFirst reads a connection's first bytes for at most wait. A client
+// that sends nothing in time is no error: timedOut says so and prefix holds
+// what arrived.
+func sniffFirst(c net.Conn, wait time.Duration) (res sniff.Result, prefix []byte, timedOut bool, err error) {
+	c.SetReadDeadline(time.Now().Add(wait))
+	res, prefix, err = sniff.Sniff(c, sniffMax)
+	c.SetReadDeadline(time.Time{})
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return res, prefix, true, nil
+	}
+	return res, prefix, false, err
+}
+
 // tunnel decides and forwards a connection whose content is opaque (TLS
 // or an unknown protocol), intercepting TLS when a secret may go to name.
 func (b *boxNet) tunnel(client net.Conn, name string, ip netip.Addr, port uint16, ev *Event) {
 	ev.Host = name
-	if ok, reason := b.decide(name, ip, port); !ok {
+	ok, reason := b.decide(name, ip, port)
+	if !ok {
 		b.record(ev, Deny, reason)
 		return
 	}
-	_, reason := b.decide(name, ip, port)
 	up, verdict, why := b.dial(name, ip, port, ev)
 	if up == nil {
 		b.record(ev, verdict, why)
@@ -306,11 +316,8 @@ func (b *boxNet) explicit(c net.Conn, ev *Event) {
 	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
 	// What the client sends through the tunnel must name the same host.
 	tc := &bufConn{Conn: c, r: br}
-	tc.SetReadDeadline(time.Now().Add(sniffWait))
-	res, prefix, err := sniff.Sniff(tc, sniffMax)
-	tc.SetReadDeadline(time.Time{})
-	var ne net.Error
-	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+	res, prefix, _, err := sniffFirst(tc, sniffWait)
+	if err != nil {
 		b.record(ev, Deny, fmt.Sprintf("unreadable first bytes: %v", err))
 		return
 	}
