@@ -2,7 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/internal/mount"
 )
@@ -71,6 +74,90 @@ type LayerStore interface {
 
 // PrepareOpts tune Prepare.
 type PrepareOpts struct {
-	// DiskBytes is the hard size limit of the writable layer.
+	// DiskBytes is the hard size limit of the writable layer. With
+	// FromDisk or FromActive it must be zero or equal to the source disk's
+	// size: a cloned disk keeps its size.
 	DiskBytes int64
+	// FromDisk, when set, starts the writable layer as a copy of the saved
+	// disk with that name (see DiskSaver) instead of an empty one.
+	FromDisk string
+	// FromActive, when set, starts the writable layer as a copy of the
+	// writable layer with that key, whose sandbox must be frozen and its
+	// file system synced (see Pauser and Syncer). Fork uses it.
+	FromActive string
 }
+
+// LayerMounter is implemented by layer stores that can return the mounts of
+// an existing writable layer again (to resume a suspended sandbox on the
+// writable layer it had).
+type LayerMounter interface {
+	// Mounts returns the mounts of writable layer key as Prepare did;
+	// errdefs.ErrNotFound when there is no such layer.
+	Mounts(ctx context.Context, key string) ([]mount.Mount, error)
+}
+
+// DiskSaver is implemented by layer stores that can keep a writable layer's
+// disk as a named, read-only saved disk (a snapshot), cheaply: a reflink
+// clone where the file system allows it (constant time), a sparse copy
+// otherwise.
+type DiskSaver interface {
+	// SaveDisk copies writable layer key's disk to the saved disk name. The
+	// layer's sandbox must be frozen and its file system synced.
+	// errdefs.ErrAlreadyExists when name exists.
+	SaveDisk(ctx context.Context, key, name string) (SavedDisk, error)
+	// RemoveDisk removes a saved disk; a missing one is success.
+	RemoveDisk(ctx context.Context, name string) error
+	// Disks lists the saved disks.
+	Disks(ctx context.Context) ([]SavedDisk, error)
+}
+
+// SavedDisk describes a saved disk.
+type SavedDisk struct {
+	Name string `json:"name"`
+	// Parent is the layer key of the image the disk's changes sit on.
+	Parent string `json:"parent,omitempty"`
+	// DiskBytes is the disk's size limit.
+	DiskBytes int64 `json:"disk_bytes"`
+	// UsedBytes is the bytes its data use on the host (before sharing).
+	UsedBytes int64     `json:"used_bytes"`
+	Created   time.Time `json:"created"`
+	// Reflinked is true when the copy shares blocks with its source.
+	Reflinked bool `json:"reflinked,omitempty"`
+}
+
+// Pauser is implemented by runtimes that can freeze a sandbox's processes
+// (cgroup freezer): a paused sandbox uses no CPU and keeps its memory.
+// Pause of a paused sandbox and Unpause of a running one are success.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
+}
+
+// Syncer is implemented by runtimes that can flush a sandbox's root file
+// system to its disk (syncfs), so that the disk can be copied.
+type Syncer interface {
+	Sync(ctx context.Context, id string) error
+}
+
+// Checkpointer is implemented by runtimes that can save a running
+// sandbox's processes (memory, files, sockets) to disk and bring them back,
+// with CRIU.
+type Checkpointer interface {
+	// Checkpoint saves the processes of running sandbox id into dir, a new
+	// empty directory. With leaveRunning the sandbox keeps running (fork);
+	// otherwise its processes are gone when it returns (suspend) and the
+	// caller deletes it from the runtime. A sandbox whose state cannot be
+	// saved gets an error wrapping ErrCheckpoint that says why (for
+	// example an established TCP connection), and keeps running.
+	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
+	// Restore creates sandbox id (which must not exist in the runtime) from
+	// spec as Create does, and resumes the processes saved in dir instead
+	// of starting a new agent. id may differ from the checkpointed
+	// sandbox's (fork): the restored box gets spec's hostname, cgroup and
+	// limits. On error it leaves nothing, as Create.
+	Restore(ctx context.Context, id string, spec *Spec, dir string) error
+}
+
+// ErrCheckpoint wraps the reasons a sandbox's memory state cannot be
+// saved or restored.
+var ErrCheckpoint = fmt.Errorf("memory state cannot be saved: %w", errdefs.ErrFailedPrecondition)

@@ -118,4 +118,15 @@ type Image struct {
 	Network *network.Settings `json:"network,omitempty"`
 	// Builtin images are made by the daemon and cannot be removed.
 	Builtin bool `json:"builtin,omitempty"`
+	// Disk is set on snapshots: the saved disk (see DiskSaver) that holds
+	// the snapshotted sandbox's changes on top of TopLayer. Sandboxes from
+	// the image start with a copy of it.
+	Disk string `json:"disk,omitempty"`
+	// DiskBytes is the size of Disk, which sandboxes from the snapshot keep.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// Memory is set on snapshots that also hold the processes' memory state
+	// (a directory of checkpoint images), used by fork --memory-state.
+	Memory string `json:"memory,omitempty"`
+	// Origin is the ID of the sandbox a snapshot was taken of.
+	Origin string `json:"origin,omitempty"`
 }
