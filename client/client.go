@@ -1,5 +1,7 @@
 // Package client is Corral's public Go SDK: a client of the daemon's REST
-// control plane (sandboxes, images) and of each sandbox's agent, reached
+// control plane (sandboxes and their lifecycle: pause, suspend, resume,
+// keep-alive, snapshots, forks; warm pools, images) and of each sandbox's
+// agent, reached
 // through the daemon's data-plane proxy (exec, processes, files).
 //
 //	c, err := client.New() // CORRAL_HOST, CORRAL_TOKEN, or the local socket

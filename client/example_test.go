@@ -133,3 +133,55 @@ func ExampleClient_Build() {
 	// [2/2] run echo hi (cached: false)
 	// built py-agent:1
 }
+
+// Prepares a sandbox once, then forks it: every copy starts with its files.
+func ExampleClient_Fork() {
+	srv := clienttest.New().Server()
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		log.Fatal(err)
+	}
+	base, err := c.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: "busybox", Labels: map[string]string{"task": "t1"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... install dependencies in base ...
+	copies, err := c.Fork(ctx, base.ID, client.ForkOptions{Count: 2, Labels: map[string]string{"attempt": "a"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, sb := range copies {
+		fmt.Println(sb.State, "from", sb.Origin == base.ID, sb.Labels["task"], sb.Labels["attempt"])
+	}
+	// Output:
+	// running from true t1 a
+	// running from true t1 a
+}
+
+// Snapshots a prepared sandbox and starts a new one from the snapshot.
+func ExampleClient_Snapshot() {
+	srv := clienttest.New().Server()
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		log.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: "busybox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	snap, err := c.Snapshot(ctx, sb.ID, "deps-ready")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fresh, err := c.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: snap.Name, IdleTimeoutSeconds: 300})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(snap.Source, fresh.Origin, fresh.IdleAction)
+	// Output:
+	// snapshot deps-ready suspend
+}

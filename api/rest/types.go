@@ -38,6 +38,16 @@ type CreateSandboxRequest struct {
 	// its environment gets a placeholder under each name, which the egress
 	// proxy replaces with the value on requests to the secret's hosts.
 	Secrets []SecretBinding `json:"secrets,omitempty"`
+	// IdleTimeoutSeconds applies IdleAction to the sandbox after that long
+	// without activity (exec, files, agent requests through the API, a
+	// keep-alive); 0 = never.
+	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
+	// IdleAction is "suspend" (the default: the next request resumes the
+	// sandbox) or "remove".
+	IdleAction string `json:"idle_action,omitempty"`
+	// NoPool never hands out a warm pool's ready sandbox for this request:
+	// the sandbox is made from scratch.
+	NoPool bool `json:"no_pool,omitempty"`
 }
 
 // Network is a sandbox's egress policy.
@@ -85,11 +95,13 @@ type Usage struct {
 
 // Sandbox describes one sandbox (GET /v1/sandboxes/{id}).
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Image     string            `json:"image"`
-	Runtime   string            `json:"runtime"`
-	State     string            `json:"state"` // creating, running, stopped, deleting, error
+	ID      string `json:"id"`
+	Name    string `json:"name,omitempty"`
+	Image   string `json:"image"`
+	Runtime string `json:"runtime"`
+	// State is creating, running, paused, suspending, suspended, resuming,
+	// deleting or error.
+	State     string            `json:"state"`
 	Resources Resources         `json:"resources"`
 	Env       map[string]string `json:"env,omitempty"`
 	Workdir   string            `json:"workdir,omitempty"`
@@ -106,6 +118,97 @@ type Sandbox struct {
 	Network *Network `json:"network,omitempty"`
 	// Secrets are the secrets bound to the sandbox (names and hosts only).
 	Secrets []SecretBinding `json:"secrets,omitempty"`
+	// TimeoutSeconds is the lifetime asked at create; a keep-alive without
+	// a timeout moves the deadline that far from now.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+	// IdleTimeoutSeconds and IdleAction are the idle policy (see
+	// CreateSandboxRequest).
+	IdleTimeoutSeconds int64  `json:"idle_timeout_seconds,omitempty"`
+	IdleAction         string `json:"idle_action,omitempty"`
+	// Suspended describes the saved state of a suspended sandbox.
+	Suspended *Suspension `json:"suspended,omitempty"`
+	// Origin is the sandbox this one was forked from, or the snapshot it
+	// was created from.
+	Origin string `json:"origin,omitempty"`
+}
+
+// Suspension is the saved state of a suspended sandbox.
+type Suspension struct {
+	Time time.Time `json:"time"`
+	// Memory is true when the processes were saved and resume brings them
+	// back where they were; false when only the file system was kept and
+	// resume starts a fresh agent on it.
+	Memory bool `json:"memory"`
+	// MemoryBytes is the size of the saved memory state on disk.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	// Count is the number of copies, 1 (when 0) to 64.
+	Count int `json:"count,omitempty"`
+	// MemoryState also copies the running processes: each copy resumes
+	// them where the source was.
+	MemoryState bool `json:"memory_state,omitempty"`
+	// Labels are added to the source's labels on every copy.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// SuspendRequest is the body of POST /v1/sandboxes/{id}/suspend.
+type SuspendRequest struct {
+	// FilesystemOnly keeps only the file system: the processes are stopped
+	// and resume starts a fresh agent. Without it the processes' memory is
+	// saved too, which fails (leaving the sandbox running) when it cannot
+	// be saved.
+	FilesystemOnly bool `json:"filesystem_only,omitempty"`
+}
+
+// KeepAliveRequest is the body of POST /v1/sandboxes/{id}/keepalive.
+type KeepAliveRequest struct {
+	// TimeoutSeconds moves the sandbox's deadline to now plus that long;
+	// 0 uses the sandbox's own timeout (and only resets its idle timer
+	// when it has none).
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshot.
+type SnapshotRequest struct {
+	// Name is the snapshot's image name ("web-1", "team/app:v2").
+	Name string `json:"name"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Image `json:"snapshots"`
+}
+
+// PoolSpec is the body of PUT /v1/pools: a warm pool of Size ready
+// sandboxes of one image, runtime and limits. Zero limits take the image's
+// and the daemon's defaults, as at create; Size 0 removes the pool.
+type PoolSpec struct {
+	Image     string    `json:"image"`
+	Runtime   string    `json:"runtime,omitempty"`
+	Resources Resources `json:"resources,omitzero"`
+	Size      int       `json:"size"`
+}
+
+// Pool is a warm pool with its resolved settings.
+type Pool struct {
+	// Key identifies the pool (a digest of image, runtime and limits).
+	Key       string    `json:"key"`
+	Image     string    `json:"image"`
+	Runtime   string    `json:"runtime"`
+	Resources Resources `json:"resources"`
+	Size      int       `json:"size"`
+	// Ready is how many sandboxes wait to be handed out.
+	Ready int `json:"ready"`
+	// Error is the last refill failure, empty once a refill succeeds.
+	Error string `json:"error,omitempty"`
+}
+
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
 }
 
 // NetworkEvent is one egress attempt of a sandbox, a line of
@@ -199,8 +302,14 @@ type Image struct {
 	Builtin bool      `json:"builtin,omitempty"`
 	Default bool      `json:"default,omitempty"`
 	// Source says where the image came from: "builtin", "import",
-	// "registry", "archive", "layout", "bootstrap", "build" or "tag".
+	// "registry", "archive", "layout", "bootstrap", "build", "tag" or
+	// "snapshot".
 	Source string `json:"source,omitempty"`
+	// DiskBytes is set on snapshots: the disk size that sandboxes created
+	// from the snapshot keep.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// Origin is the ID of the sandbox a snapshot was taken of.
+	Origin string `json:"origin,omitempty"`
 }
 
 // ImageInfo is everything known about one image (GET /v1/images/{name}).
@@ -230,6 +339,9 @@ type ImageInfo struct {
 	Resources Resources `json:"resources,omitzero"`
 	// Spec holds the runtime settings of an image built from a spec.
 	Spec *ImageSpec `json:"spec,omitempty"`
+	// DiskBytes and Origin are set on snapshots (see Image).
+	DiskBytes int64  `json:"disk_bytes,omitempty"`
+	Origin    string `json:"origin,omitempty"`
 }
 
 // ImageLayer is one layer of an image.

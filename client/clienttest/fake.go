@@ -38,6 +38,23 @@
 //	             followed (412)
 //	secrets      kept in Secrets; names must match [A-Z_][A-Z0-9_]*
 //	ports        URLs are http://tunnels.test/t/ID/PORT/?corral_token=tok-ID-PORT
+//
+// Lifecycle routes of the fake daemon (states change at once):
+//
+//	pause/resume/suspend  follow the daemon's state rules (pause needs a
+//	             running or paused box, resume a running, paused or
+//	             suspended one, suspend a running, paused or suspended
+//	             one); a suspend records Suspended, memory unless
+//	             filesystem_only; a request to the box's agent resumes it
+//	keepalive    sets Deadline to now + timeout_seconds (or the box's own)
+//	snapshot     stores an image with Source "snapshot", Origin the box's
+//	             ID and DiskBytes its disk limit (1 GiB if unset); creating
+//	             from it sets the new box's Origin to the snapshot's name
+//	fork         count (1 when 0) copies with Origin the source's ID and
+//	             the request's labels added; memory_state of a suspended
+//	             box is refused (412)
+//	pools        kept in Pools by key "pool-IMAGE"; ready is size at once;
+//	             size 0 removes
 package clienttest
 
 import (
@@ -108,6 +125,10 @@ type Daemon struct {
 	// Ports holds the exposed ports of each sandbox by ID, by port;
 	// guarded by Mu.
 	Ports map[string][]rest.Port
+	// Creates records the body of each create request; guarded by Mu.
+	Creates []rest.CreateSandboxRequest
+	// Pools holds the warm pools by key; guarded by Mu.
+	Pools map[string]*rest.Pool
 
 	nextID  int                    // guarded by Mu
 	inputs  map[uint32]chan []byte // guarded by Mu; nil chunk = EOF
@@ -124,6 +145,7 @@ func New() *Daemon {
 		Secrets:   map[string]string{},
 		NetLog:    map[string][]rest.NetworkEvent{},
 		Ports:     map[string][]rest.Port{},
+		Pools:     map[string]*rest.Pool{},
 		inputs:    map[uint32]chan []byte{},
 		nextPID:   100,
 	}
@@ -276,11 +298,13 @@ func (d *Daemon) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/build", d.build)
 	d.networkRoutes(mux)
+	d.lifecycleRoutes(mux)
 	mux.HandleFunc("/v1/sandboxes/{id}/agent/", func(w http.ResponseWriter, r *http.Request) {
 		sb := d.sandbox(w, r)
 		if sb == nil {
 			return
 		}
+		d.autoResume(sb)
 		http.StripPrefix("/v1/sandboxes/"+r.PathValue("id")+"/agent", d.agent(sb.ID)).ServeHTTP(w, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -331,11 +355,21 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Mu.Lock()
 	defer d.Mu.Unlock()
+	d.Creates = append(d.Creates, req)
 	if req.Image == "" {
 		req.Image = "busybox"
 	}
-	if _, ok := d.Images[req.Image]; !ok {
+	img, ok := d.Images[req.Image]
+	if !ok {
 		writeError(w, http.StatusNotFound, "not_found", "image "+req.Image+" not found")
+		return
+	}
+	switch {
+	case req.TimeoutSeconds < 0 || req.IdleTimeoutSeconds < 0:
+		writeError(w, http.StatusBadRequest, "invalid_argument", "timeout_seconds and idle_timeout_seconds must not be negative")
+		return
+	case req.IdleAction != "" && req.IdleAction != "suspend" && req.IdleAction != "remove":
+		writeError(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("idle_action %q must be \"suspend\" or \"remove\"", req.IdleAction))
 		return
 	}
 	for _, sb := range d.Sandboxes {
@@ -363,6 +397,18 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Runtime != "" {
 		sb.Runtime = req.Runtime
+	}
+	sb.TimeoutSeconds, sb.IdleTimeoutSeconds, sb.IdleAction = req.TimeoutSeconds, req.IdleTimeoutSeconds, req.IdleAction
+	if sb.IdleTimeoutSeconds > 0 && sb.IdleAction == "" {
+		sb.IdleAction = "suspend"
+	}
+	if req.TimeoutSeconds > 0 {
+		dl := time.Unix(req.TimeoutSeconds, 0).UTC()
+		sb.Deadline = &dl
+	}
+	if img.Source == "snapshot" {
+		sb.Origin = img.Name
+		sb.Resources.DiskBytes = img.DiskBytes
 	}
 	d.Sandboxes[id] = sb
 	writeJSON(w, http.StatusCreated, sb)

@@ -27,6 +27,8 @@ type Server struct {
 	fs      *fsService
 	metrics *metricsState
 	handler http.Handler
+	// live holds the defaults set through POST /init.
+	live *liveDefaults
 }
 
 // New builds a Server. ctx is the agent's lifetime: commands run under it.
@@ -43,7 +45,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		proc:    newProcessService(ctx, cfg, r),
 		fs:      newFSService(cfg),
 		metrics: &metricsState{cg: cgroupMem{root: cfg.CgroupPath}},
+		live:    &liveDefaults{},
 	}
+	s.proc.live, s.fs.live = s.live, s.live
 	mux := http.NewServeMux()
 	// The agent is reached over a local socket: compressing every output
 	// chunk would only burn the box's CPU (and 1 GB of output would cost
@@ -55,6 +59,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /metrics", s.metrics.serve)
 	mux.HandleFunc("GET /files", s.getFiles)
 	mux.HandleFunc("POST /files", s.postFiles)
+	mux.HandleFunc("POST /init", s.postInit)
 	s.handler = mux
 	return s, nil
 }
@@ -99,8 +104,17 @@ func (s *Server) Close() {
 }
 
 // Listen opens the listener described by cfg: Listen if set, else ListenFD.
+// A listener on an abstract unix socket ("unix://@name", or an inherited one
+// such as the OCI runtime's "@corral-agent") accepts only peers outside the
+// agent's pid namespace: see guardAbstract.
 func Listen(cfg Config) (net.Listener, error) {
 	switch {
+	case strings.HasPrefix(cfg.Listen, "unix://@"): // abstract: see outsideOnly
+		ln, err := net.Listen("unix", strings.TrimPrefix(cfg.Listen, "unix://"))
+		if err != nil {
+			return nil, err
+		}
+		return guardAbstract(ln), nil
 	case strings.HasPrefix(cfg.Listen, "unix://"):
 		p := strings.TrimPrefix(cfg.Listen, "unix://")
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -121,7 +135,7 @@ func Listen(cfg Config) (net.Listener, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listen fd %d: %w", cfg.ListenFD, err)
 		}
-		return ln, nil
+		return guardAbstract(ln), nil
 	}
 	return nil, fmt.Errorf("no listen address or fd: %w", errInvalidArgument)
 }

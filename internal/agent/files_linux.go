@@ -42,7 +42,7 @@ func (s *Server) filesTarget(r *http.Request) (string, *account, error) {
 	if name == "" {
 		name = userFromHeader(r.Header)
 	}
-	acc, _, err := resolveUser(s.cfg, name)
+	acc, _, err := resolveUser(s.live.apply(s.cfg), name)
 	if err != nil {
 		return "", nil, err
 	}

@@ -20,7 +20,8 @@ import (
 
 // fsService implements filesystem.Filesystem over the box's own file system.
 type fsService struct {
-	cfg Config
+	cfg  Config
+	live *liveDefaults
 
 	mu sync.Mutex
 	// watchers are the polling watchers by id.
@@ -42,7 +43,7 @@ func (s *fsService) reqUser(h interface{ Get(string) string }) (*account, error)
 	if a := h.Get("Authorization"); a != "" {
 		name = userFromHeader(map[string][]string{"Authorization": {a}})
 	}
-	acc, _, err := resolveUser(s.cfg, name)
+	acc, _, err := resolveUser(s.live.apply(s.cfg), name)
 	return acc, err
 }
 

@@ -30,6 +30,7 @@ const keepaliveInterval = 30 * time.Second
 // processService implements process.Process.
 type processService struct {
 	cfg    Config
+	live   *liveDefaults
 	reaper *reaper
 	base   context.Context // lifetime of the agent, owns the commands
 
@@ -171,18 +172,19 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if userName == "" {
 		userName = userFromHeader(req.Header())
 	}
-	acc, cred, err := resolveUser(s.cfg, userName)
+	cfg := s.live.apply(s.cfg)
+	acc, cred, err := resolveUser(cfg, userName)
 	if err != nil {
 		return connectErr(err)
 	}
-	home := s.cfg.Workdir
+	home := cfg.Workdir
 	if home == "" {
 		home = acc.Home
 		if st, err := os.Stat(home); err != nil || !st.IsDir() {
 			home = "/"
 		}
 	}
-	env := defaultEnv(s.cfg)
+	env := defaultEnv(cfg)
 	env = mergeEnv(env, map[string]string{"HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name})
 	if envGet(env, "PATH") == "" {
 		env = mergeEnv(env, map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})

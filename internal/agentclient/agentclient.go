@@ -3,9 +3,11 @@
 // filesystem.Filesystem, a plain HTTP client for /files, /health and
 // /metrics, and the dialer the daemon uses to reverse-proxy to an agent.
 //
-// Addresses are "unix:///run/corral/<id>/agent.sock" (container tiers) or
-// "http://host:port" (tests). All traffic is HTTP/2 with prior knowledge
-// (h2c), so bidirectional streams such as StreamInput work.
+// Addresses (see Dial) are "unix-abstract://<netns file>#<name>" (container
+// tiers: an abstract unix socket inside the box's network namespace),
+// "unix:///path/agent.sock", "tcp://host:port" or "http://host:port"
+// (tests). All traffic is HTTP/2 with prior knowledge (h2c), so
+// bidirectional streams such as StreamInput work.
 package agentclient
 
 import (
@@ -54,10 +56,15 @@ func WithConnectOptions(o ...connect.ClientOption) Opt {
 	return func(opts *options) { opts.connectOpts = append(opts.connectOpts, o...) }
 }
 
-// Transport returns an h2c round tripper that reaches the agent at addr, and
-// the base URL to put in requests (its host is only meaningful for http://).
-// The daemon uses it to reverse-proxy data-plane calls to an agent.
+// Transport returns an h2c round tripper that reaches the agent at addr
+// through Dial, and the base URL to put in requests (its host is only
+// meaningful for http://). The daemon uses it to reverse-proxy data-plane
+// calls to an agent.
 func Transport(addr string) (*http.Transport, string, error) {
+	base, err := baseURL(addr)
+	if err != nil {
+		return nil, "", err
+	}
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	t := &http.Transport{
@@ -66,24 +73,22 @@ func Transport(addr string) (*http.Transport, string, error) {
 		IdleConnTimeout:     90 * time.Second,
 		// A PING keeps long-idle streams (background commands) honest.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return Dial(ctx, addr)
+		},
 	}
-	switch {
-	case strings.HasPrefix(addr, "unix://"):
-		p := strings.TrimPrefix(addr, "unix://")
-		if p == "" {
-			return nil, "", fmt.Errorf("agent address %q: empty socket path: %w", addr, errdefs.ErrInvalidArgument)
-		}
-		var d net.Dialer
-		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", p)
-		}
-		return t, unixBaseURL, nil
-	case strings.HasPrefix(addr, "http://"):
-		return t, strings.TrimSuffix(addr, "/"), nil
-	case strings.HasPrefix(addr, "vsock://"):
-		return nil, "", fmt.Errorf("agent address %q: vsock: %w", addr, errdefs.ErrNotImplemented)
+	return t, base, nil
+}
+
+// baseURL checks addr and returns the URL base of requests to it.
+func baseURL(addr string) (string, error) {
+	if _, _, err := parse(addr); err != nil {
+		return "", err
 	}
-	return nil, "", fmt.Errorf("agent address %q: want unix:// or http://: %w", addr, errdefs.ErrInvalidArgument)
+	if strings.HasPrefix(addr, "http://") {
+		return strings.TrimSuffix(addr, "/"), nil
+	}
+	return unixBaseURL, nil
 }
 
 // New returns a client for the agent at addr. It does not connect: call

@@ -1,13 +1,24 @@
 // Package bench measures Corral against its peers on this machine, in one
-// run, and prints medians and ratios: create -> first exec done -> remove
-// through a running daemon, exec round trip in a running sandbox, and the
-// same lifecycle done with a raw `crun run`, `runc run` and `bwrap`.
+// run, and prints medians and ratios side by side:
 //
-// It is what `corral bench` runs. Speed targets are checked here, never by
-// timed assertions in the test suite.
+//   - lifecycle: create -> first exec done -> remove through a running
+//     daemon (cold, and from a warm pool), next to a raw `crun run`,
+//     `runc run`, `bwrap` and `podman run --rm` of true on the same busybox
+//     root file system;
+//   - exec round trip in a running sandbox;
+//   - throughput: sandboxes created and removed per second with C
+//     concurrent clients, and the peers' lifecycles run C at a time;
+//   - idle density: host memory per idle sandbox (MemAvailable, Slab, the
+//     agents' RSS and PSS), next to idle raw crun containers;
+//   - the daemon's operations through the Go SDK: fork, suspend and resume.
+//
+// It is what `corral bench` runs; Chart and WriteSVG draw the report.
+// Speed targets are checked here, never by timed assertions in the test
+// suite.
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,16 +28,39 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
+	"sync"
 	"time"
 
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/client"
-	"github.com/corral-sandbox/corral/internal/runtime/oci"
 )
 
-// Config tunes a run.
+// Sections of a run, in the order they run.
+const (
+	SectionLifecycle  = "lifecycle"  // lifecycle and exec round trip, Corral and peers
+	SectionThroughput = "throughput" // create+remove per second
+	SectionDensity    = "density"    // idle sandboxes per host memory
+	SectionOps        = "ops"        // fork, suspend/resume, warm pool
+)
+
+// AllSections is the default of Config.Sections.
+var AllSections = []string{SectionLifecycle, SectionThroughput, SectionDensity, SectionOps}
+
+// Result groups, the sections of the table and of the chart.
+const (
+	GroupLifecycle = "lifecycle"
+	GroupExec      = "exec"
+	GroupFork      = "fork"
+	GroupSuspend   = "suspend"
+)
+
+// LabelKey is the label every sandbox made by a run carries (its value is
+// the run's ID), so that whatever a run leaves behind can be found.
+const LabelKey = "corral.bench"
+
+// Config tunes a run. Zero fields take the documented defaults.
 type Config struct {
 	// Client talks to the daemon whose sandboxes are measured.
 	Client *client.Client
@@ -35,51 +69,51 @@ type Config struct {
 	Image string
 	// Runtime is the daemon runtime to measure ("" = the daemon's default).
 	Runtime string
-	// Lifecycles is how many create -> exec -> remove rounds to time.
+	// Sections to run (AllSections when empty).
+	Sections []string
+	// Lifecycles is how many create -> exec -> remove rounds to time (30).
 	Lifecycles int
-	// Execs is how many exec round trips to time.
+	// Execs is how many exec round trips to time (300).
 	Execs int
-	// Peers lists raw peers to run: "crun", "runc", "bwrap".
+	// Peers lists raw peers to run: "crun", "runc", "bwrap", "podman".
 	Peers []string
+	// Clients are the numbers of concurrent clients of the throughput
+	// measurement (1 and 2 x the number of CPUs).
+	Clients []int
+	// ThroughputOps is how many create+remove (or peer lifecycles) each
+	// throughput series does (100).
+	ThroughputOps int
+	// DensityBoxes is how many idle sandboxes the density measurement
+	// starts (100; `corral bench` asks for 1000).
+	DensityBoxes int
+	// DensityMemory is the memory limit of each idle sandbox (32 MiB).
+	DensityMemory int64
+	// DensityPeers lists raw peers whose idle containers are measured the
+	// same way: "crun".
+	DensityPeers []string
+	// Settle is how long to wait before reading host memory, so that the
+	// agents are idle and deferred frees are done (DefaultSettle).
+	Settle time.Duration
+	// Forks is how many forks, suspends and resumes to time (5).
+	Forks int
+	// ForkBytes are the amounts written in a sandbox before it is forked
+	// (1 MiB and 1 GiB).
+	ForkBytes []int64
+	// DaemonSocket is the path of the daemon's unix socket, if it is one:
+	// density then also reports the growth of the daemon's RSS.
+	DaemonSocket string
 	// WorkDir holds the peers' bundles; a temporary directory by default.
 	WorkDir string
+	// Progress, when set, gets a line as each measurement starts.
+	Progress io.Writer
 }
 
-// Result is one measured series.
-type Result struct {
-	Name    string          `json:"name"`
-	Samples []time.Duration `json:"-"`
-	Median  time.Duration   `json:"median_ns"`
-	P90     time.Duration   `json:"p90_ns"`
-	Err     string          `json:"error,omitempty"`
-}
-
-// Report is the whole run.
-type Report struct {
-	Results []Result `json:"results"`
-	// Ratios are Corral's lifecycle median over each peer's ("crun" -> 1.2).
-	Ratios map[string]float64 `json:"lifecycle_ratio_vs"`
-}
-
-func summarize(name string, s []time.Duration, err error) Result {
-	r := Result{Name: name, Samples: s}
-	if err != nil {
-		r.Err = err.Error()
-	}
-	if len(s) == 0 {
-		return r
-	}
-	sorted := slices.Clone(s)
-	slices.Sort(sorted)
-	r.Median = sorted[len(sorted)/2]
-	r.P90 = sorted[int(math.Ceil(float64(len(sorted))*0.9))-1]
-	return r
-}
-
-// Run measures everything in cfg and returns the report.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func (cfg *Config) defaults() {
 	if cfg.Image == "" {
 		cfg.Image = "busybox"
+	}
+	if len(cfg.Sections) == 0 {
+		cfg.Sections = AllSections
 	}
 	if cfg.Lifecycles <= 0 {
 		cfg.Lifecycles = 30
@@ -87,6 +121,157 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Execs <= 0 {
 		cfg.Execs = 300
 	}
+	if len(cfg.Clients) == 0 {
+		cfg.Clients = DefaultClients()
+	}
+	if cfg.ThroughputOps <= 0 {
+		cfg.ThroughputOps = 100
+	}
+	if cfg.DensityBoxes <= 0 {
+		cfg.DensityBoxes = 100
+	}
+	if cfg.DensityMemory <= 0 {
+		cfg.DensityMemory = 32 << 20
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = DefaultSettle
+	}
+	if cfg.Forks <= 0 {
+		cfg.Forks = 5
+	}
+	if len(cfg.ForkBytes) == 0 {
+		cfg.ForkBytes = []int64{1 << 20, 1 << 30}
+	}
+}
+
+// DefaultSettle is the default of Config.Settle.
+const DefaultSettle = 5 * time.Second
+
+// DefaultClients is 1 and 2 x the number of CPUs.
+func DefaultClients() []int {
+	return []int{1, 2 * runtimeNumCPU()}
+}
+
+// Result is one measured series of durations.
+type Result struct {
+	// Group is GroupLifecycle, GroupExec, GroupFork or GroupSuspend.
+	Group   string          `json:"group,omitempty"`
+	Name    string          `json:"name"`
+	Samples []time.Duration `json:"-"`
+	N       int             `json:"n"`
+	Median  time.Duration   `json:"median_ns"`
+	P90     time.Duration   `json:"p90_ns"`
+	Err     string          `json:"error,omitempty"`
+}
+
+// Report is the whole run.
+type Report struct {
+	Date    time.Time `json:"date"`
+	Machine Machine   `json:"machine"`
+	Results []Result  `json:"results"`
+	// Ratios are Corral's lifecycle median over each peer's ("crun" -> 1.2).
+	Ratios     map[string]float64 `json:"lifecycle_ratio_vs"`
+	Throughput []Throughput       `json:"throughput,omitempty"`
+	Density    []Density          `json:"density,omitempty"`
+	// Suspend holds the size of suspended sandboxes' saved state.
+	Suspend *SuspendSize `json:"suspend,omitempty"`
+	// Missing lists measurements this build could not make, and why.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Result names of Corral's own series.
+const (
+	NameLifecycle     = "corral create+exec+rm"
+	NameCreateExec    = "corral create+exec"
+	NamePoolLifecycle = "corral create+exec+rm, warm pool"
+	NamePoolExec      = "corral create+exec, warm pool"
+	NameExec          = "corral exec round trip"
+)
+
+// PeerName is the name of a raw peer's lifecycle series.
+func PeerName(peer string) string { return peer + " run true" }
+
+func summarize(name string, s []time.Duration, err error) Result {
+	r := Result{Name: name, Samples: s, N: len(s)}
+	if err != nil {
+		r.Err = err.Error()
+	}
+	if len(s) == 0 {
+		return r
+	}
+	r.Median, r.P90 = medianP90(s)
+	return r
+}
+
+// medianP90 returns the median and the 90th percentile of s (unchanged).
+func medianP90(s []time.Duration) (time.Duration, time.Duration) {
+	if len(s) == 0 {
+		return 0, 0
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2], sorted[int(math.Ceil(float64(len(sorted))*0.9))-1]
+}
+
+// group is r.Group, or for results without one (reports of older
+// builds) GroupExec for the exec round trip and GroupLifecycle otherwise.
+func (r Result) group() string {
+	switch {
+	case r.Group != "":
+		return r.Group
+	case r.Name == NameExec:
+		return GroupExec
+	}
+	return GroupLifecycle
+}
+
+// groupResults returns the results of group, Corral's first, each kind in
+// the order measured.
+func (rep *Report) groupResults(group string) []Result {
+	var corral, peers []Result
+	for _, r := range rep.Results {
+		switch {
+		case r.group() != group:
+		case strings.HasPrefix(r.Name, "corral"):
+			corral = append(corral, r)
+		default:
+			peers = append(peers, r)
+		}
+	}
+	return append(corral, peers...)
+}
+
+// result returns the first result named name, or nil.
+func (rep *Report) result(name string) *Result {
+	for i := range rep.Results {
+		if rep.Results[i].Name == name {
+			return &rep.Results[i]
+		}
+	}
+	return nil
+}
+
+// run is the state of one Run.
+type run struct {
+	cfg    Config
+	id     string // value of LabelKey on this run's sandboxes
+	rootfs string
+	rep    *Report
+
+	nsOnce sync.Once
+	ns     *nsThread
+	nsErr  error
+
+	peersMu sync.Mutex
+	// peers are set up on first use and closed at the end; guarded by peersMu.
+	peers map[string]*peer
+}
+
+// Run measures everything in cfg and returns the report. Sandboxes it makes
+// carry the label LabelKey; whatever is left of them (an interrupted run)
+// is removed before Run returns.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
 	if cfg.WorkDir == "" {
 		d, err := os.MkdirTemp("", "corral-bench-")
 		if err != nil {
@@ -95,86 +280,204 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer os.RemoveAll(d)
 		cfg.WorkDir = d
 	}
-	rep := &Report{Ratios: map[string]float64{}}
-
-	life, err := corralLifecycle(ctx, cfg)
-	rep.Results = append(rep.Results, summarize("corral create+exec+rm", life, err))
-	execs, err := corralExec(ctx, cfg)
-	rep.Results = append(rep.Results, summarize("corral exec round trip", execs, err))
-
-	rootfs, err := busyboxRootfs(cfg.WorkDir)
-	if err != nil {
+	r := &run{
+		cfg:   cfg,
+		id:    strconv.FormatInt(time.Now().UnixNano(), 36),
+		rep:   &Report{Date: time.Now().UTC(), Ratios: map[string]float64{}},
+		peers: map[string]*peer{},
+	}
+	r.rep.Machine = machineInfo(ctx, cfg.Client, peerNames(cfg))
+	defer r.close(ctx)
+	var err error
+	if r.rootfs, err = busyboxRootfs(cfg.WorkDir); err != nil {
 		return nil, err
 	}
-	for _, p := range cfg.Peers {
-		var s []time.Duration
-		var err error
-		switch p {
-		case "crun", "runc":
-			s, err = rawOCI(ctx, cfg, p, rootfs)
-		case "bwrap":
-			s, err = bwrap(ctx, cfg, rootfs)
+	for _, s := range cfg.Sections {
+		switch s {
+		case SectionLifecycle:
+			r.lifecycle(ctx)
+		case SectionThroughput:
+			r.throughput(ctx)
+		case SectionDensity:
+			r.density(ctx)
+		case SectionOps:
+			r.ops(ctx)
 		default:
-			err = fmt.Errorf("unknown peer %q (want crun, runc or bwrap)", p)
+			return nil, fmt.Errorf("unknown section %q (want %v)", s, AllSections)
 		}
-		res := summarize(p+" run true", s, err)
-		rep.Results = append(rep.Results, res)
-		if res.Median > 0 && rep.Results[0].Median > 0 {
-			rep.Ratios[p] = float64(rep.Results[0].Median) / float64(res.Median)
+		if err := ctx.Err(); err != nil {
+			return r.rep, err
 		}
 	}
-	return rep, nil
+	return r.rep, nil
 }
 
-func corralLifecycle(ctx context.Context, cfg Config) ([]time.Duration, error) {
-	var s []time.Duration
-	for range cfg.Lifecycles {
-		start := time.Now()
-		sb, err := cfg.Client.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: cfg.Image, Runtime: cfg.Runtime})
-		if err != nil {
-			return s, err
+func peerNames(cfg Config) []string {
+	var names []string
+	for _, p := range slices.Concat(cfg.Peers, cfg.DensityPeers) {
+		if !slices.Contains(names, p) {
+			names = append(names, p)
 		}
-		res, err := cfg.Client.Sandbox(sb.ID).Exec(ctx, client.ExecOptions{Cmd: []string{"true"}})
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("true exited %d", res.ExitCode)
-		}
-		rmErr := cfg.Client.RemoveSandbox(ctx, sb.ID, true)
-		if err != nil {
-			return s, err
-		}
-		if rmErr != nil {
-			return s, rmErr
-		}
-		s = append(s, time.Since(start))
 	}
-	return s, nil
+	return names
 }
 
-func corralExec(ctx context.Context, cfg Config) ([]time.Duration, error) {
-	sb, err := cfg.Client.CreateSandbox(ctx, rest.CreateSandboxRequest{Image: cfg.Image, Runtime: cfg.Runtime})
+func (r *run) progress(format string, args ...any) {
+	if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, "bench: "+format+"\n", args...)
+	}
+}
+
+// close releases the peers and the namespace thread and removes the
+// sandboxes of this run that are still there.
+func (r *run) close(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	r.sweep(ctx)
+	r.peersMu.Lock()
+	for _, p := range r.peers {
+		if p.close != nil {
+			p.close()
+		}
+	}
+	r.peersMu.Unlock()
+	if r.ns != nil {
+		r.ns.close()
+	}
+}
+
+// sweep removes every sandbox labelled with this run's ID.
+func (r *run) sweep(ctx context.Context) {
+	if r.cfg.Client == nil {
+		return
+	}
+	list, err := r.cfg.Client.ListSandboxes(ctx)
 	if err != nil {
-		return nil, err
+		return
 	}
-	defer cfg.Client.RemoveSandbox(context.WithoutCancel(ctx), sb.ID, true)
-	box := cfg.Client.Sandbox(sb.ID)
+	var ids []string
+	for _, sb := range list {
+		if sb.Labels[LabelKey] == r.id {
+			ids = append(ids, sb.ID)
+		}
+	}
+	_, _, _ = parallel(ctx, 2*runtimeNumCPU(), len(ids), func(ctx context.Context, i int) error {
+		return r.cfg.Client.RemoveSandbox(ctx, ids[i], true)
+	})
+}
+
+// namespace returns the thread in a private mount namespace, made once.
+func (r *run) namespace() (*nsThread, error) {
+	r.nsOnce.Do(func() { r.ns, r.nsErr = newNSThread() })
+	return r.ns, r.nsErr
+}
+
+// createRequest is the request for one of this run's sandboxes, made from
+// scratch (never taken from a warm pool).
+func (r *run) createRequest() rest.CreateSandboxRequest {
+	return rest.CreateSandboxRequest{
+		Image: r.cfg.Image, Runtime: r.cfg.Runtime, NoPool: true,
+		Labels: map[string]string{LabelKey: r.id},
+	}
+}
+
+// lifecycle times Corral's lifecycle and exec round trip and the peers'
+// lifecycles.
+func (r *run) lifecycle(ctx context.Context) {
+	r.progress("corral lifecycle x%d", r.cfg.Lifecycles)
+	full, toExec, err := r.corralLifecycle(ctx, r.createRequest())
+	life := summarize(NameLifecycle, full, err)
+	life.Group = GroupLifecycle
+	ce := summarize(NameCreateExec, toExec, err)
+	ce.Group = GroupLifecycle
+	r.progress("corral exec round trip x%d", r.cfg.Execs)
+	execs, err := r.corralExec(ctx)
+	ex := summarize(NameExec, execs, err)
+	ex.Group = GroupExec
+	r.rep.Results = append(r.rep.Results, life, ce, ex)
+
+	for _, name := range r.cfg.Peers {
+		r.progress("%s x%d", PeerName(name), r.cfg.Lifecycles)
+		var s []time.Duration
+		p, err := r.peer(ctx, name)
+		if err == nil {
+			s, err = sequential(ctx, r.cfg.Lifecycles, 2, p.run)
+		}
+		res := summarize(PeerName(name), s, err)
+		res.Group = GroupLifecycle
+		r.rep.Results = append(r.rep.Results, res)
+		if res.Median > 0 && life.Median > 0 {
+			r.rep.Ratios[name] = float64(life.Median) / float64(res.Median)
+		}
+	}
+}
+
+// sequential runs op warm+n times, one after the other, and returns the
+// durations of the last n.
+func sequential(ctx context.Context, n, warm int, op func(context.Context, int) error) ([]time.Duration, error) {
 	var s []time.Duration
-	for i := range cfg.Execs + 10 {
+	for i := range n + warm {
 		start := time.Now()
-		res, err := box.Exec(ctx, client.ExecOptions{Cmd: []string{"true"}})
-		if err != nil {
+		if err := op(ctx, i); err != nil {
 			return s, err
 		}
-		if res.ExitCode != 0 {
-			return s, fmt.Errorf("true exited %d", res.ExitCode)
-		}
-		if i >= 10 { // warm-up
+		if i >= warm {
 			s = append(s, time.Since(start))
 		}
 	}
 	return s, nil
 }
 
-// busyboxRootfs makes a root file system with /bin/busybox and its applets.
+// corralLifecycle times create -> exec of true -> remove and returns the
+// full durations and those up to the end of the exec.
+func (r *run) corralLifecycle(ctx context.Context, req rest.CreateSandboxRequest) (full, toExec []time.Duration, err error) {
+	c := r.cfg.Client
+	for range r.cfg.Lifecycles {
+		start := time.Now()
+		sb, err := c.CreateSandbox(ctx, req)
+		if err != nil {
+			return full, toExec, err
+		}
+		res, err := c.Sandbox(sb.ID).Exec(ctx, client.ExecOptions{Cmd: []string{"true"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d", res.ExitCode)
+		}
+		execDone := time.Since(start)
+		rmErr := c.RemoveSandbox(ctx, sb.ID, true)
+		if err != nil {
+			return full, toExec, err
+		}
+		if rmErr != nil {
+			return full, toExec, rmErr
+		}
+		full = append(full, time.Since(start))
+		toExec = append(toExec, execDone)
+	}
+	return full, toExec, nil
+}
+
+func (r *run) corralExec(ctx context.Context) ([]time.Duration, error) {
+	c := r.cfg.Client
+	sb, err := c.CreateSandbox(ctx, r.createRequest())
+	if err != nil {
+		return nil, err
+	}
+	defer c.RemoveSandbox(context.WithoutCancel(ctx), sb.ID, true)
+	box := c.Sandbox(sb.ID)
+	return sequential(ctx, r.cfg.Execs, 10, func(ctx context.Context, _ int) error {
+		res, err := box.Exec(ctx, client.ExecOptions{Cmd: []string{"true"}})
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("true exited %d", res.ExitCode)
+		}
+		return nil
+	})
+}
+
+// busyboxRootfs makes a root file system with /bin/busybox and the applets
+// the peers run.
 func busyboxRootfs(dir string) (string, error) {
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
@@ -193,7 +496,7 @@ func busyboxRootfs(dir string) (string, error) {
 	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
 		return "", err
 	}
-	for _, a := range []string{"sh", "true"} {
+	for _, a := range []string{"sh", "true", "sleep"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil {
 			return "", err
 		}
@@ -201,53 +504,16 @@ func busyboxRootfs(dir string) (string, error) {
 	return root, nil
 }
 
-// rawOCI times "<runtime> run" of /bin/true on the runtime's default spec
-// (`<runtime> spec`), through the same private mount namespace the daemon
-// uses, so crun works on hybrid cgroup hosts too.
-func rawOCI(ctx context.Context, cfg Config, name, rootfs string) ([]time.Duration, error) {
-	bin, err := exec.LookPath(name)
-	if err != nil {
-		return nil, fmt.Errorf("%s not installed", name)
-	}
-	bundle := filepath.Join(cfg.WorkDir, name+"-bundle")
-	if err := os.MkdirAll(bundle, 0o755); err != nil {
-		return nil, err
-	}
-	gen := exec.CommandContext(ctx, bin, "spec")
-	gen.Dir = bundle
-	_ = os.Remove(filepath.Join(bundle, "config.json"))
-	if out, err := gen.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s spec: %w: %s", name, err, out)
-	}
-	if err := patchSpec(filepath.Join(bundle, "config.json"), rootfs); err != nil {
-		return nil, err
-	}
-	rt, err := oci.New(oci.Config{
-		Binary:   bin,
-		StateDir: filepath.Join(cfg.WorkDir, name+"-state"),
-		RunDir:   filepath.Join(cfg.WorkDir, name+"-run"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer rt.Close()
-	var s []time.Duration
-	for i := range cfg.Lifecycles + 2 {
-		id := fmt.Sprintf("bench-%s-%d-%d", name, os.Getpid(), i)
-		start := time.Now()
-		if err := rt.RunRaw(ctx, bundle, id); err != nil {
-			return s, err
-		}
-		if i >= 2 {
-			s = append(s, time.Since(start))
-		}
-	}
-	return s, nil
-}
-
 // patchSpec makes the default spec run /bin/true without a terminal on the
 // root file system at rootfs (an absolute path: runc refuses symlinks).
 func patchSpec(p, rootfs string) error {
+	return patchSpecWith(p, rootfs, []string{"/bin/true"}, 0)
+}
+
+// patchSpecWith makes the default spec run args without a terminal on the
+// read-only root file system at rootfs, with a memory limit unless
+// memory is 0.
+func patchSpecWith(p, rootfs string, args []string, memory int64) error {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return err
@@ -261,8 +527,21 @@ func patchSpec(p, rootfs string) error {
 		return fmt.Errorf("%s: no process section", p)
 	}
 	proc["terminal"] = false
-	proc["args"] = []string{"/bin/true"}
+	proc["args"] = args
 	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
+	if memory > 0 {
+		linux, _ := spec["linux"].(map[string]any)
+		if linux == nil {
+			linux = map[string]any{}
+			spec["linux"] = linux
+		}
+		res, _ := linux["resources"].(map[string]any)
+		if res == nil {
+			res = map[string]any{}
+			linux["resources"] = res
+		}
+		res["memory"] = map[string]any{"limit": memory}
+	}
 	b, err = json.Marshal(spec)
 	if err != nil {
 		return err
@@ -270,67 +549,25 @@ func patchSpec(p, rootfs string) error {
 	return os.WriteFile(p, b, 0o644)
 }
 
-func bwrap(ctx context.Context, cfg Config, rootfs string) ([]time.Duration, error) {
-	bin, err := exec.LookPath("bwrap")
-	if err != nil {
-		return nil, fmt.Errorf("bwrap not installed (apt-get install bubblewrap)")
-	}
-	var s []time.Duration
-	for i := range cfg.Lifecycles + 2 {
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, bin, "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
-			"--unshare-all", "--die-with-parent", "/bin/true")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return s, fmt.Errorf("bwrap: %w: %s", err, out)
-		}
-		if i >= 2 {
-			s = append(s, time.Since(start))
-		}
-	}
-	return s, nil
+// limitedBuffer keeps the first 64 KiB written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
-// Print writes the report as a table, then the ratios and targets.
-func Print(w io.Writer, rep *Report) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "measurement\tn\tmedian\tp90\t")
-	for _, r := range rep.Results {
-		if r.Err != "" {
-			fmt.Fprintf(tw, "%s\t%d\terror: %s\t\t\n", r.Name, len(r.Samples), r.Err)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", r.Name, len(r.Samples), ms(r.Median), ms(r.P90))
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := 64<<10 - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
 	}
-	tw.Flush()
-	if len(rep.Ratios) > 0 {
-		fmt.Fprintln(w)
-		var keys []string
-		for k := range rep.Ratios {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "corral lifecycle / %s run: %.2fx\n", k, rep.Ratios[k])
-		}
-	}
-	fmt.Fprintln(w)
-	if r, ok := rep.Ratios["crun"]; ok {
-		fmt.Fprintf(w, "target lifecycle <= 1.5x raw crun run: %s (%.2fx)\n", verdict(r <= 1.5), r)
-	}
-	for _, r := range rep.Results {
-		if r.Name == "corral exec round trip" && r.Err == "" && r.Median > 0 {
-			fmt.Fprintf(w, "target exec round trip <= 2 ms median: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
-		}
-	}
+	return len(p), nil
 }
 
-func verdict(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "NOT met"
+func (b *limitedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
 
-func ms(d time.Duration) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", float64(d)/1e6), "0"), ".") + " ms"
-}
+func (b *limitedBuffer) String() string { return string(bytes.TrimSpace(b.Bytes())) }

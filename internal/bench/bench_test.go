@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +73,99 @@ func TestPrint(t *testing.T) {
 	Print(&buf, rep)
 	out := buf.String()
 	for _, want := range []string{"corral lifecycle / crun run: 1.20x", "lifecycle <= 1.5x raw crun run: met", "exec round trip <= 2 ms median: met (0.9 ms)", "error: bwrap not installed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Print output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPatchSpecWithMemory(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(p, []byte(`{"process":{"terminal":true,"args":["sh"]},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}`), 0o644)
+	if err := patchSpecWith(p, "/r", []string{"/bin/sleep", "9"}, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	var spec struct {
+		Process struct{ Args []string } `json:"process"`
+		Linux   struct {
+			Resources struct {
+				Devices []any `json:"devices"`
+				Memory  struct {
+					Limit int64 `json:"limit"`
+				} `json:"memory"`
+			} `json:"resources"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Linux.Resources.Memory.Limit != 32<<20 || len(spec.Linux.Resources.Devices) != 1 || spec.Process.Args[0] != "/bin/sleep" {
+		t.Errorf("patchSpecWith result = %s", b)
+	}
+}
+
+func TestTarDir(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bin"), 0o755)
+	os.WriteFile(filepath.Join(root, "bin", "busybox"), []byte("binary"), 0o755)
+	os.Symlink("busybox", filepath.Join(root, "bin", "sh"))
+	dst := filepath.Join(t.TempDir(), "r.tar")
+	if err := tarDir(root, dst); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		got[h.Name] = string(body) + h.Linkname
+		if h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s owned by %d:%d; want root", h.Name, h.Uid, h.Gid)
+		}
+	}
+	want := map[string]string{"bin/": "", "bin/busybox": "binary", "bin/sh": "busybox"}
+	if len(got) != len(want) {
+		t.Errorf("tarDir entries = %v; want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("tarDir entry %q = %q; want %q", k, got[k], v)
+		}
+	}
+	if err := tarDir(root, dst); err == nil {
+		t.Errorf("tarDir over an existing file succeeded")
+	}
+}
+
+func TestPrintSections(t *testing.T) {
+	var buf bytes.Buffer
+	Print(&buf, sampleReport())
+	out := buf.String()
+	for _, want := range []string{
+		"machine: linux 6.1.0, 2 CPUs, 24.0 GiB RAM, cgroup hybrid",
+		"crun run true", "2.67x", // lifecycle ratio column
+		"error: podman not installed",
+		"corral fork (1 GiB written)",
+		"saved memory of a suspended idle sandbox: 5.00 MiB (median of 5)",
+		"corral create+rm  4", "50.0/s", "0.50x", // corral 50/s vs crun 100/s with 4 clients
+		"error: runc not installed",
+		"3.00 MiB", "0.80 MiB", "99%", // density: per box, slab per box, memory back
+		"target >= 100 create+rm per second: NOT met (50.0/s with 4 clients)",
+		"target >= 1000 idle boxes at <= 2.00 MiB each: NOT met (1000 boxes, 3.00 MiB each)",
+		"fork after 1 GiB written / after 1 MiB written: 1.10x",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Print output lacks %q:\n%s", want, out)
 		}

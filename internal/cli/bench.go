@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,24 +15,53 @@ import (
 
 func (a *app) benchCmd() *cobra.Command {
 	var (
-		cfg     bench.Config
-		peers   string
-		jsonOut bool
+		cfg                       bench.Config
+		peers, densityPeers, only string
+		chart                     string
+		jsonOut                   bool
 	)
+	cfg.DensityMemory = 32 << 20
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure sandbox lifecycle and exec latency against raw crun, runc and bwrap",
-		Long: `bench measures, in one run on this machine, through the running daemon:
-  - create -> first exec of "true" done -> rm (the lifecycle),
-  - the exec round trip of "true" in a running sandbox,
-and the same lifecycle done by the raw peers (crun run, runc run, bwrap) on the
-same busybox root file system, then prints medians, p90 and the ratios.
-Peers need root (they create containers) and are skipped if not installed.
+		Short: "Measure Corral against raw crun, runc, bwrap and podman: lifecycle, exec, throughput, density, fork, suspend",
+		Long: `bench measures, in one run on this machine, through the running daemon, and
+prints side by side with the same work done by the raw peers (crun run, runc
+run, bwrap, podman run --rm, each on the same busybox root file system):
+
+  lifecycle   create -> first exec of "true" done -> rm (cold, and with a warm
+              pool), next to each peer's run of true; plus the exec round
+              trip of "true" in a running sandbox
+  throughput  sandboxes created and removed per second with C concurrent
+              clients (--clients, default 1 and 2 x CPUs), next to each
+              peer's lifecycles run C at a time
+  density     --density idle sandboxes (busybox, --density-memory limit):
+              host memory per box from /proc/meminfo MemAvailable, Slab and
+              the other kernel counters, the agents' RSS/PSS (smaps_rollup);
+              every box must answer an exec, and the memory must come back
+              after removal; the same for idle raw crun containers
+  ops         through the Go SDK: fork of a sandbox that wrote 1 MiB and
+              1 GiB, pause, suspend and resume (with the size of the saved
+              memory), filesystem-only suspend and resume
+
+Peers need root (they create containers) and say "not installed" when
+missing. podman runs with storage of its own under a temporary directory,
+from the same private mount namespace the daemon uses, with
+--cgroup-manager cgroupfs --events-backend file and --network none; it
+imports the busybox root as a local image (no registry access) and removes
+it at the end.
+Density reads host memory, so run bench on the daemon's machine, with
+nothing else starting or stopping meanwhile.
+
+--chart FILE writes an SVG chart of the medians (bars per measurement
+group, targets drawn as lines); --json prints every figure as JSON.
 
 Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
-<= 2 ms median.`,
-		Example: `  sudo corral bench
-  sudo corral bench --lifecycles 100 --execs 1000 --peers crun,runc,bwrap --json`,
+<= 2 ms median; >= 100 create+rm per second; >= 1000 idle boxes at
+<= 2 MiB of host memory each.`,
+		Example: `  sudo corral bench --chart bench.svg
+  sudo corral bench --only lifecycle,throughput --lifecycles 100 --execs 1000
+  sudo corral bench --only density --density 200 --density-peers crun
+  sudo corral bench --peers crun,runc,bwrap,podman --clients 1,8 --json > bench.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -37,14 +69,27 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 				return err
 			}
 			cfg.Client = c
-			for _, p := range strings.Split(peers, ",") {
-				if p = strings.TrimSpace(p); p != "" {
-					cfg.Peers = append(cfg.Peers, p)
-				}
+			cfg.Peers = splitList(peers)
+			cfg.DensityPeers = splitList(densityPeers)
+			cfg.Sections = splitList(only)
+			if sock, ok := strings.CutPrefix(a.host, "unix://"); ok {
+				cfg.DaemonSocket = sock
+			}
+			if !jsonOut {
+				cfg.Progress = a.streams.Err
 			}
 			rep, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if chart != "" {
+				var buf bytes.Buffer
+				if err := bench.WriteSVG(&buf, bench.ChartOf(rep)); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Clean(chart), buf.Bytes(), 0o644); err != nil {
+					return fmt.Errorf("write chart: %w", err)
+				}
 			}
 			if jsonOut {
 				enc := json.NewEncoder(a.streams.Out)
@@ -53,7 +98,7 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 			}
 			bench.Print(a.streams.Out, rep)
 			for _, r := range rep.Results {
-				if r.Err != "" && strings.HasPrefix(r.Name, "corral") {
+				if r.Err != "" && (r.Name == bench.NameLifecycle || r.Name == bench.NameExec) {
 					return fmt.Errorf("%s: %s", r.Name, r.Err)
 				}
 			}
@@ -63,9 +108,29 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 	f := cmd.Flags()
 	f.StringVar(&cfg.Image, "image", "busybox", "image of Corral's sandboxes (the peers run the same busybox root)")
 	f.StringVar(&cfg.Runtime, "runtime", "", "daemon runtime to measure (default: the daemon's)")
-	f.IntVar(&cfg.Lifecycles, "lifecycles", 30, "create+exec+rm rounds (and raw runs per peer)")
+	f.StringVar(&only, "only", strings.Join(bench.AllSections, ","), "comma-separated sections to run: lifecycle, throughput, density, ops")
+	f.IntVar(&cfg.Lifecycles, "lifecycles", 30, "create+exec+rm rounds, cold and with a warm pool (and raw runs per peer)")
 	f.IntVar(&cfg.Execs, "execs", 300, "exec round trips")
-	f.StringVar(&peers, "peers", "crun,runc,bwrap", "comma-separated raw peers: crun, runc, bwrap")
-	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	f.StringVar(&peers, "peers", "crun,runc,bwrap,podman", "comma-separated raw peers: crun, runc, bwrap, podman")
+	f.IntSliceVar(&cfg.Clients, "clients", bench.DefaultClients(), "concurrent clients of the throughput measurement")
+	f.IntVar(&cfg.ThroughputOps, "ops", 100, "create+rm (or peer runs) per throughput series")
+	f.IntVar(&cfg.DensityBoxes, "density", 1000, "idle sandboxes the density measurement starts")
+	f.Var(sizeFlag{&cfg.DensityMemory}, "density-memory", "memory limit of each idle sandbox: bytes or 32m")
+	f.StringVar(&densityPeers, "density-peers", "crun", "comma-separated peers whose idle containers are measured too: crun, runc (empty: none)")
+	f.DurationVar(&cfg.Settle, "settle", bench.DefaultSettle, "wait before each read of host memory")
+	f.IntVar(&cfg.Forks, "forks", 5, "forks, pauses and suspends timed per series")
+	f.StringVar(&chart, "chart", "", "write an SVG chart of the results to FILE")
+	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (every figure)")
 	return cmd
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var l []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			l = append(l, p)
+		}
+	}
+	return l
 }

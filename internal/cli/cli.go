@@ -169,6 +169,8 @@ for a TCP daemon is read from CORRAL_TOKEN.`,
 		a.createCmd(), a.runCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(), a.rmCmd(), a.psCmd(),
 		a.cpCmd(), a.versionCmd(), a.imageCmd(), a.buildCmd(), a.benchCmd(),
 		a.netCmd(), a.secretCmd(), a.portCmd(),
+		a.pauseCmd(), a.resumeCmd(), a.suspendCmd(), a.keepaliveCmd(),
+		a.snapshotCmd(), a.forkCmd(), a.poolCmd(),
 	)
 	return root
 }

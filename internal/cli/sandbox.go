@@ -30,6 +30,13 @@ type createFlags struct {
 	env, labels                         []string
 	timeout                             time.Duration
 	net                                 netFlags
+	// from is a snapshot to create from (an alias of image).
+	from string
+	// idleTimeout, idleAction and noPool are the idle policy and the
+	// warm-pool opt-out.
+	idleTimeout time.Duration
+	idleAction  string
+	noPool      bool
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -44,6 +51,10 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label K=V; repeatable")
 	fs.StringVar(&f.name, "name", "", "unique name, usable wherever an ID is")
 	fs.StringVar(&f.runtime, "runtime", "", "OCI runtime: crun or runc (default: the daemon's)")
+	fs.StringVar(&f.from, "from", "", "snapshot to create from (corral snapshot); the same as --image SNAPSHOT")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 0, "suspend (or --idle-action remove) the sandbox after this long without activity, e.g. 10m (0 = never)")
+	fs.StringVar(&f.idleAction, "idle-action", "", "what --idle-timeout does: suspend (default; the next exec resumes it) or remove")
+	fs.BoolVar(&f.noPool, "no-pool", false, "never take a ready sandbox from a warm pool: make a new one")
 	f.net.register(fs, "network")
 }
 
@@ -52,12 +63,25 @@ func (f *createFlags) request() (rest.CreateSandboxRequest, error) {
 		Image: f.image, Name: f.name, Workdir: f.workdir, Runtime: f.runtime, User: f.user,
 		Resources: rest.Resources{CPUs: f.cpus, MemoryBytes: f.memory, DiskBytes: f.disk, Pids: f.pids},
 	}
-	if f.cpus < 0 || f.pids < 0 || f.timeout < 0 {
-		return req, errors.New("--cpus, --pids and --timeout must not be negative")
+	if f.cpus < 0 || f.pids < 0 || f.timeout < 0 || f.idleTimeout < 0 {
+		return req, errors.New("--cpus, --pids, --timeout and --idle-timeout must not be negative")
 	}
-	if f.timeout > 0 {
-		req.TimeoutSeconds = int64((f.timeout + time.Second - 1) / time.Second)
+	req.TimeoutSeconds = seconds(f.timeout)
+	if f.from != "" {
+		if f.image != "" {
+			return req, errors.New("--from SNAPSHOT and --image are the same thing: give one of them")
+		}
+		req.Image = f.from
 	}
+	switch f.idleAction {
+	case "", "suspend", "remove":
+	default:
+		return req, fmt.Errorf("--idle-action %q: want suspend or remove", f.idleAction)
+	}
+	if f.idleAction != "" && f.idleTimeout == 0 {
+		return req, errors.New("--idle-action needs --idle-timeout")
+	}
+	req.IdleTimeoutSeconds, req.IdleAction, req.NoPool = seconds(f.idleTimeout), f.idleAction, f.noPool
 	var err error
 	if req.Env, err = parseEnv(f.env, "--env"); err != nil {
 		return req, err
@@ -69,6 +93,14 @@ func (f *createFlags) request() (rest.CreateSandboxRequest, error) {
 		return req, err
 	}
 	return req, nil
+}
+
+// seconds rounds d up to whole seconds, the API's unit of timeouts.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // parseEnv parses K=V pairs; a bare K takes the value from this process's
@@ -126,13 +158,21 @@ Egress is off unless asked for (or set by the image's spec): --network full
 or --allow DEST (mode allowlist) let the sandbox out through the daemon's
 egress proxy, which logs every attempt ("corral net log"). --secret NAME
 gives the sandbox a placeholder for a stored secret ("corral secret set")
-that the proxy replaces with the value on requests to the secret's hosts.`,
+that the proxy replaces with the value on requests to the secret's hosts.
+
+--from SNAPSHOT starts the sandbox with a copy of a snapshot's files ("corral
+snapshot"). --idle-timeout suspends the sandbox after that long without
+exec, file or API activity (the next exec resumes it), or removes it with
+--idle-action remove. A sandbox whose image, runtime and limits match a warm
+pool ("corral pool") is taken ready from the pool unless --no-pool.`,
 		Example: `  corral create
   corral create --image python --memory 1g --cpus 2 --pids 256 --name web
   corral create --env API_URL=http://x --label team=ml --timeout 1h
   corral create --allow pypi.example.org --allow '*.github.com' --net-budget 2g
   corral create --network full --secret OPENAI_API_KEY=api.openai.example
-  corral create --spec corral.yaml --memory 2g`,
+  corral create --spec corral.yaml --memory 2g
+  corral create --from deps-ready --idle-timeout 10m
+  corral create --image python --idle-timeout 1h --idle-action remove --no-pool`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := f.request()
@@ -163,6 +203,7 @@ that the proxy replaces with the value on requests to the secret's hosts.`,
 	cmd.Flags().StringVar(&f.user, "user", "", "default user of commands (name or uid)")
 	cmd.Flags().StringVar(&specFile, "spec", "", "build this spec (corral.yaml) and create from its image")
 	cmd.MarkFlagsMutuallyExclusive("spec", "image")
+	cmd.MarkFlagsMutuallyExclusive("spec", "from")
 	return cmd
 }
 

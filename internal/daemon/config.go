@@ -59,6 +59,11 @@ type Config struct {
 	// DiskPoolSize is how many formatted writable-layer disks are kept
 	// ready (0: the layer store's default; negative: none).
 	DiskPoolSize int `toml:"disk_pool_size"`
+	// DiskVolume says where writable-layer disks live: "auto" (empty: on a
+	// reflink-capable XFS volume loop-mounted on <root>/overlay/disks when
+	// the root's file system cannot reflink), "off", or the path of that
+	// volume's image file; see overlay.Config.DiskVolume.
+	DiskVolume string `toml:"disk_volume"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
 	// DebianMirror is the mirror `corral image bootstrap` uses; empty means
@@ -73,6 +78,9 @@ type Config struct {
 	Network Network `toml:"network"`
 	// Tunnels configures `corral port expose`.
 	Tunnels Tunnels `toml:"tunnels"`
+	// Pools are warm pools kept from the start ([[pools]] tables); pools set
+	// through the API are kept across restarts too.
+	Pools []Pool `toml:"pools"`
 }
 
 // Registry configures image pulls.
@@ -174,6 +182,11 @@ func (c Config) Validate() error {
 		return bad("resources.disk_bytes %d is below %d", c.Resources.DiskBytes, sandbox.MinDiskBytes)
 	case c.Resources.Pids != 0 && c.Resources.Pids < sandbox.MinPids:
 		return bad("resources.pids %d is below %d", c.Resources.Pids, sandbox.MinPids)
+	}
+	for i, p := range c.Pools {
+		if p.Image == "" || p.Size < 0 || p.Size > sandbox.MaxPoolSize {
+			return bad("pools[%d]: image is required and size must be between 0 and %d", i, sandbox.MaxPoolSize)
+		}
 	}
 	for _, r := range c.Runtimes {
 		if err := identifiers.Validate("runtime", r); err != nil {

@@ -93,10 +93,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	ocfg.Root = filepath.Join(cfg.Root, "overlay")
 	ocfg.DefaultDiskBytes = cfg.Resources.DiskBytes
 	ocfg.PoolSize = cfg.DiskPoolSize
+	ocfg.DiskVolume = cfg.DiskVolume
 	if err := ocfg.Validate(); err != nil {
 		return nil, err
 	}
-	layers, err := overlay.New(ocfg.Root, ocfg.Opts()...)
+	layers, err := overlay.New(ocfg.Root, append(ocfg.Opts(), overlay.WithLogger(log.G(ctx)))...)
 	if err != nil {
 		return nil, fmt.Errorf("layer store: %w", err)
 	}
@@ -140,7 +141,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			return nil, fmt.Errorf("agent binary: %w", err)
 		}
 	}
-	netsvc, secretStore, err := newNetwork(cfg)
+	activity := &touchHook{}
+	netsvc, secretStore, err := newNetwork(cfg, activity.touch)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +153,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, fmt.Errorf("resolv.conf for sandboxes: %w", err)
 	}
 	m, err := sandbox.NewManager(sandbox.ManagerConfig{
-		Network: netsvc,
+		StateDir:  filepath.Join(cfg.Root, "sandboxes"),
+		Snapshots: images,
+		InitAgent: initAgent,
+		Network:   netsvc,
 		SecretExists: func(name string) error {
 			_, err := secretStore.Get(name)
 			return err
@@ -176,7 +181,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	}
 	d.closers = append(d.closers, m.Close)
 	d.manager = m
+	activity.m.Store(m)
 	if err := m.Recover(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.Start(ctx, cfg.poolSpecs()); err != nil {
 		return nil, err
 	}
 	if d.tunnels, err = tunnel.Open(filepath.Join(cfg.Root, "tunnels.json")); err != nil {

@@ -76,7 +76,7 @@ func (n Network) validate() error {
 }
 
 // newNetwork opens the secret store and the egress service.
-func newNetwork(cfg Config) (*network.Service, *secrets.Store, error) {
+func newNetwork(cfg Config, activity func(id string)) (*network.Service, *secrets.Store, error) {
 	store, err := secrets.Open(filepath.Join(cfg.Root, "secrets"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("secret store: %w", err)
@@ -99,6 +99,7 @@ func newNetwork(cfg Config) (*network.Service, *secrets.Store, error) {
 		}
 	}
 	svc, err := network.New(network.Config{
+		Activity: activity,
 		StateDir: filepath.Join(cfg.Root, "network"),
 		Resolver: resolver(cfg.Network.DNSServers),
 		Guard:    guard,

@@ -1,6 +1,7 @@
 // Package httpapi serves Corral's HTTP API: the control-plane REST routes
-// (sandboxes, their network policy, egress log and exposed ports, secrets,
-// images, builds, version; documented in api/openapi.yaml; pulls, loads,
+// (sandboxes, their network policy, egress log and exposed ports, their
+// lifecycle: snapshots, forks, pause, suspend, resume, keep-alive; warm
+// pools, secrets, images, builds, version; documented in api/openapi.yaml; pulls, loads,
 // bootstraps and builds answer with an application/x-ndjson stream of
 // rest.Event, the egress log with one of rest.NetworkEvent) and the data
 // plane, which reverse-proxies the agent protocol of each sandbox. It is the
@@ -147,6 +148,17 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"POST /v1/sandboxes/{id}/ports":          s.exposePort,
 		"GET /v1/sandboxes/{id}/ports":           s.listPorts,
 		"DELETE /v1/sandboxes/{id}/ports/{port}": s.unexposePort,
+		"POST /v1/sandboxes/{id}/snapshot":       s.snapshotSandbox,
+		"POST /v1/sandboxes/{id}/fork":           s.forkSandbox,
+		"POST /v1/sandboxes/{id}/pause":          s.pauseSandbox,
+		"POST /v1/sandboxes/{id}/resume":         s.resumeSandbox,
+		"POST /v1/sandboxes/{id}/suspend":        s.suspendSandbox,
+		"POST /v1/sandboxes/{id}/keepalive":      s.keepAlive,
+		"GET /v1/snapshots":                      s.listSnapshots,
+		"DELETE /v1/snapshots/{name...}":         s.removeSnapshot,
+		"GET /v1/pools":                          s.listPools,
+		"PUT /v1/pools":                          s.setPool,
+		"DELETE /v1/pools/{key}":                 s.removePool,
 		"GET /v1/secrets":                        s.listSecrets,
 		"PUT /v1/secrets/{name}":                 s.setSecret,
 		"DELETE /v1/secrets/{name}":              s.deleteSecret,
@@ -217,22 +229,30 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(r.Context(), w, err)
 		return
 	}
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > int64(sandbox.MaxTimeout/time.Second) {
-		writeError(r.Context(), w, fmt.Errorf("timeout_seconds %d must be between 0 and %d: %w",
-			req.TimeoutSeconds, int64(sandbox.MaxTimeout/time.Second), errdefs.ErrInvalidArgument))
+	timeout, err := secondsOf("timeout_seconds", req.TimeoutSeconds)
+	if err != nil {
+		writeError(r.Context(), w, err)
+		return
+	}
+	idle, err := secondsOf("idle_timeout_seconds", req.IdleTimeoutSeconds)
+	if err != nil {
+		writeError(r.Context(), w, err)
 		return
 	}
 	rec, err := s.cfg.Manager.Create(r.Context(), sandbox.CreateRequest{
-		Network:   toSettings(req.Network, req.Secrets),
-		Image:     req.Image,
-		Name:      req.Name,
-		Resources: sandbox.Resources(req.Resources),
-		Env:       req.Env,
-		Workdir:   req.Workdir,
-		User:      req.User,
-		Labels:    req.Labels,
-		Timeout:   time.Duration(req.TimeoutSeconds) * time.Second,
-		Runtime:   req.Runtime,
+		Network:     toSettings(req.Network, req.Secrets),
+		Image:       req.Image,
+		Name:        req.Name,
+		Resources:   sandbox.Resources(req.Resources),
+		Env:         req.Env,
+		Workdir:     req.Workdir,
+		User:        req.User,
+		Labels:      req.Labels,
+		Timeout:     timeout,
+		Runtime:     req.Runtime,
+		IdleTimeout: idle,
+		IdleAction:  sandbox.IdleAction(req.IdleAction),
+		NoPool:      req.NoPool,
 	})
 	if err != nil {
 		writeError(r.Context(), w, err)
@@ -262,7 +282,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb := toSandbox(rec)
-	if rec.State == sandbox.StateRunning {
+	if rec.State == sandbox.StateRunning || rec.State == sandbox.StatePaused {
 		// Usage is best effort: a runtime that cannot read it leaves it out.
 		if u, err := s.cfg.Manager.Usage(r.Context(), rec.ID); err == nil {
 			sb.Usage = &rest.Usage{
@@ -324,6 +344,13 @@ func toSandbox(rec sandbox.Record) rest.Sandbox {
 		sb.Deadline = &d
 	}
 	sb.Network, sb.Secrets = fromSettings(rec.Network)
+	sb.TimeoutSeconds = int64(rec.Timeout / time.Second)
+	sb.IdleTimeoutSeconds = int64(rec.IdleTimeout / time.Second)
+	sb.IdleAction = string(rec.IdleAction)
+	sb.Origin = rec.Origin
+	if su := rec.Suspended; su != nil {
+		sb.Suspended = &rest.Suspension{Time: su.Time, Memory: su.Memory, MemoryBytes: su.MemoryBytes}
+	}
 	return sb
 }
 

@@ -33,7 +33,9 @@ type fixture struct {
 	release chan struct{}
 }
 
-func newFixture(t *testing.T, token string) *fixture {
+// newFixture starts the API on a real Manager with sandboxtest's fakes;
+// opts may change the Manager's config (before it is made).
+func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.ManagerConfig)) *fixture {
 	t.Helper()
 	f := &fixture{
 		env: sandboxtest.NewEnv(), images: newFakeImages(), builder: &fakeBuilder{}, uploads: t.TempDir(),
@@ -60,7 +62,11 @@ func newFixture(t *testing.T, token string) *fixture {
 	f.agent.Start()
 	t.Cleanup(f.agent.Close)
 	f.env.Runtime.Addr = func(string) string { return "tcp://" + f.agent.Listener.Addr().String() }
-	m, err := sandbox.NewManager(f.env.Config())
+	cfg := f.env.Config()
+	for _, o := range opts {
+		o(f, &cfg)
+	}
+	m, err := sandbox.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

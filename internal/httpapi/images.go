@@ -55,6 +55,7 @@ func (s *Server) inspectImage(w http.ResponseWriter, r *http.Request) {
 		Layers: make([]rest.ImageLayer, 0, len(info.LayerInfo)),
 		Env:    info.Env, Workdir: info.Workdir, User: info.User,
 		Resources: rest.Resources(info.Resources),
+		DiskBytes: info.DiskBytes, Origin: info.Origin,
 	}
 	for _, l := range info.LayerInfo {
 		out.Layers = append(out.Layers, rest.ImageLayer{Key: l.Key, DiffID: l.DiffID, Size: l.Size})
@@ -298,9 +299,13 @@ func (s *Server) toImage(ctx context.Context, i sandbox.Image) rest.Image {
 	out := rest.Image{
 		Name: i.Name, Created: i.Created, Size: i.Size, Layers: i.Layers,
 		Builtin: i.Builtin, Default: i.Name == s.defaultImage(),
+		DiskBytes: i.DiskBytes, Origin: i.Origin,
 	}
 	if info, err := s.cfg.Images.Inspect(ctx, i.Name); err == nil {
 		out.Source = info.Source
+		if out.Layers == 0 { // images fresh from the Manager (snapshots)
+			out.Layers = len(info.LayerInfo)
+		}
 	}
 	return out
 }

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/agentclient"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -18,20 +20,13 @@ import (
 // DialFunc connects to an agent address.
 type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
 
-// DialAgent dials "unix:///path/agent.sock", "tcp://host:port" or
-// "http://host:port". Other schemes (vsock://) are errdefs.ErrNotImplemented
-// here.
+// DialAgent dials an agent address with agentclient.Dial:
+// "unix-abstract://<netns file>#<name>" (the container tiers' agent socket
+// inside the box's network namespace), "unix:///path/agent.sock",
+// "tcp://host:port" or "http://host:port". Other schemes (vsock://) are
+// errdefs.ErrNotImplemented here.
 func DialAgent(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
-	switch {
-	case strings.HasPrefix(addr, "unix://"):
-		return d.DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
-	case strings.HasPrefix(addr, "tcp://"):
-		return d.DialContext(ctx, "tcp", strings.TrimPrefix(addr, "tcp://"))
-	case strings.HasPrefix(addr, "http://"):
-		return d.DialContext(ctx, "tcp", strings.TrimSuffix(strings.TrimPrefix(addr, "http://"), "/"))
-	}
-	return nil, fmt.Errorf("dial agent %q: unsupported address scheme: %w", addr, errdefs.ErrNotImplemented)
+	return agentclient.Dial(ctx, addr)
 }
 
 // agentHostSuffix makes the outgoing Host of a proxied request
@@ -40,10 +35,89 @@ func DialAgent(ctx context.Context, addr string) (net.Conn, error) {
 const agentHostSuffix = ".agent"
 
 // agentProxy forwards data-plane requests to sandbox agents, streaming in
-// both directions without buffering.
+// both directions without buffering. A request to a paused or suspended
+// sandbox resumes it first (auto-resume); every request counts as activity
+// for the sandbox's idle timeout, from its start to its end (a long exec
+// stream keeps the sandbox busy).
 type agentProxy struct {
 	m  *sandbox.Manager
 	rp *httputil.ReverseProxy
+	tr *http.Transport
+	// busy keeps the sandboxes of requests in flight active.
+	busy *inflight
+}
+
+// busyTouchInterval is how often the sandboxes with a request in flight
+// are marked active; it is below the shortest idle timeout the API takes
+// (1 s).
+const busyTouchInterval = 400 * time.Millisecond
+
+// inflight counts the proxied requests in flight per sandbox and, while
+// there are any, marks their sandboxes active every busyTouchInterval, so
+// that a long exec stream is activity from its start to its end. Its
+// goroutine runs only while a request is in flight.
+type inflight struct {
+	touch func(id string)
+
+	mu sync.Mutex
+	// n counts the requests in flight by sandbox ID; guarded by mu.
+	n map[string]int
+	// ticking is set while the goroutine runs; guarded by mu.
+	ticking bool
+}
+
+func newInflight(touch func(id string)) *inflight {
+	return &inflight{touch: touch, n: map[string]int{}}
+}
+
+// begin records a request to sandbox id; end must follow.
+func (f *inflight) begin(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n[id]++
+	if !f.ticking {
+		f.ticking = true
+		go f.run()
+	}
+}
+
+// end records the end of a request to sandbox id, which counts as activity.
+func (f *inflight) end(id string) {
+	f.mu.Lock()
+	if f.n[id]--; f.n[id] <= 0 {
+		delete(f.n, id)
+	}
+	f.mu.Unlock()
+	f.touch(id)
+}
+
+// run touches the busy sandboxes until none is left.
+func (f *inflight) run() {
+	t := time.NewTicker(busyTouchInterval)
+	defer t.Stop()
+	for range t.C {
+		if !f.touchAll() {
+			return
+		}
+	}
+}
+
+// touchAll marks the busy sandboxes active and reports whether there were
+// any; when there were none the goroutine is done.
+func (f *inflight) touchAll() bool {
+	f.mu.Lock()
+	ids := make([]string, 0, len(f.n))
+	for id := range f.n {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		f.ticking = false
+	}
+	f.mu.Unlock()
+	for _, id := range ids {
+		f.touch(id)
+	}
+	return len(ids) > 0
 }
 
 type targetKey struct{}
@@ -54,7 +128,7 @@ type target struct {
 }
 
 func newAgentProxy(m *sandbox.Manager, dial DialFunc) *agentProxy {
-	p := &agentProxy{m: m}
+	p := &agentProxy{m: m, busy: newInflight(m.Touch)}
 	// Agents speak HTTP/2 without TLS (h2c), which carries Connect's
 	// bidirectional streams.
 	var protos http.Protocols
@@ -81,6 +155,7 @@ func newAgentProxy(m *sandbox.Manager, dial DialFunc) *agentProxy {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
+	p.tr = tr
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(target)
@@ -113,9 +188,15 @@ func newAgentProxy(m *sandbox.Manager, dial DialFunc) *agentProxy {
 	return p
 }
 
-// serve forwards r to the agent of sandbox idOrName at path.
+// serve forwards r to the agent of sandbox idOrName at path, resuming the
+// sandbox first when it is paused or suspended.
 func (p *agentProxy) serve(w http.ResponseWriter, r *http.Request, idOrName, path string) {
-	rec, err := p.m.Get(r.Context(), idOrName)
+	rec, err := p.m.EnsureRunning(r.Context(), idOrName)
+	if err == nil && (rec.State == sandbox.StateSuspending || rec.State == sandbox.StateResuming) {
+		// Racing an (idle) suspend or another resume: Resume waits for
+		// it to finish, then brings the sandbox back.
+		rec, err = p.m.Resume(r.Context(), rec.ID)
+	}
 	if err != nil {
 		writeError(r.Context(), w, err)
 		return
@@ -124,6 +205,19 @@ func (p *agentProxy) serve(w http.ResponseWriter, r *http.Request, idOrName, pat
 		writeError(r.Context(), w, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition))
 		return
 	}
+	// The request is activity from its start (EnsureRunning) to its end.
+	p.busy.begin(rec.ID)
+	defer p.busy.end(rec.ID)
 	ctx := context.WithValue(r.Context(), targetKey{}, target{id: rec.ID, path: path})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// DropAgentConns closes the API's idle connections to sandbox agents (all
+// of them: the transport pools them per sandbox but closes them only all
+// at once; the next request dials again). The daemon wires it as
+// sandbox.ManagerConfig.DropAgentConns: a checkpoint (suspend, fork with
+// memory state) cannot save a box that has a connection to the daemon.
+// Connections in use by a request are left alone.
+func (s *Server) DropAgentConns(_ string) {
+	s.proxy.tr.CloseIdleConnections()
 }

@@ -340,6 +340,11 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 		return fmt.Errorf("image %s is built in: %w", name, errdefs.ErrFailedPrecondition)
 	}
 	err = os.Remove(s.recordPath(name))
+	if err == nil && r.Disk != "" {
+		if derr := s.releaseDisk(ctx, r.Disk); derr != nil {
+			log.G(ctx).Warn("remove snapshot disk", "image", name, "disk", r.Disk, "error", derr)
+		}
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("remove image %s: %w", name, err)

@@ -75,6 +75,9 @@ func (b *boxNet) record(ev *Event, verdict, reason string) {
 		ev.DurationMS = time.Since(ev.Time).Milliseconds()
 	}
 	b.log.add(*ev)
+	if f := b.s.cfg.Activity; f != nil {
+		f(b.id)
+	}
 }
 
 func (b *boxNet) handle(raw net.Conn) {

@@ -46,6 +46,9 @@ type Config struct {
 	Limits Limits
 	// DialTimeout bounds an upstream connect (default 10s).
 	DialTimeout time.Duration
+	// Activity, when set, is called with the box's ID on every egress
+	// event (the idle timer counts network use as activity).
+	Activity func(id string)
 }
 
 // Service runs the egress proxy and DNS server of every box with network

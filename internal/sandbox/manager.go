@@ -7,16 +7,20 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/mount"
 )
 
 // Defaults of ManagerConfig.
@@ -71,6 +75,19 @@ type ManagerConfig struct {
 	// ResolvConf is a host file bound read-only at /etc/resolv.conf in every
 	// box with its own network namespace (it names the proxy's resolver).
 	ResolvConf string
+	// StateDir holds checkpoints (memory state of suspended sandboxes and
+	// forks) and the warm pools' settings; suspend with memory state and
+	// fork --memory-state need it.
+	StateDir string
+	// Snapshots records snapshots; nil disables them.
+	Snapshots SnapshotStore
+	// DropAgentConns closes the daemon's idle connections to the agent at
+	// addr (before a checkpoint, which cannot save them).
+	DropAgentConns func(addr string)
+	// InitAgent sets the default environment, user and working directory
+	// of the agent at addr (a warm pool's sandbox handed out for a request
+	// that asks for its own).
+	InitAgent func(ctx context.Context, addr string, env []string, user, workdir string) error
 }
 
 // Manager creates, tracks and removes sandboxes. Every sandbox is recorded
@@ -89,6 +106,18 @@ type Manager struct {
 
 	// timers counts running expiry callbacks, which Close waits for.
 	timers sync.WaitGroup
+
+	// pools are the warm pools by key; guarded by mu.
+	pools map[string]*pool
+	// kick wakes the pool filler.
+	kick chan struct{}
+	// stop ends the background loops started by Start; bg waits for them.
+	stop chan struct{}
+	bg   sync.WaitGroup
+	// writes counts record writes running after their operation returned.
+	writes sync.WaitGroup
+	// started is set by Start; guarded by mu.
+	started bool
 }
 
 // box is one sandbox in the index.
@@ -101,7 +130,13 @@ type box struct {
 	timer *time.Timer
 	// gone is set once the sandbox is removed; guarded by Manager.mu.
 	gone bool
+	// active is the time of the last activity (exec, file or network), in
+	// Unix nanoseconds; the idle reaper reads it.
+	active atomic.Int64
 }
+
+// touch records activity now.
+func (b *box) touch() { b.active.Store(time.Now().UnixNano()) }
 
 // NewManager checks cfg, fills its defaults and returns a Manager. Call
 // Recover before serving requests.
@@ -125,7 +160,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	d.Pids = cmp.Or(d.Pids, DefaultPids)
 	cfg.MaxCPUs = cmp.Or(cfg.MaxCPUs, float64(runtime.NumCPU()*4))
 	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
-	return &Manager{cfg: cfg, boxes: map[string]*box{}}, nil
+	return &Manager{cfg: cfg, boxes: map[string]*box{}, pools: map[string]*pool{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}, nil
 }
 
 // Runtimes returns the names of the available runtimes, sorted.
@@ -135,32 +171,61 @@ func (m *Manager) Runtimes() []string { return slices.Sorted(maps.Keys(m.cfg.Run
 func (m *Manager) DefaultImage() string { return m.cfg.DefaultImage }
 
 // Create validates req, then makes and starts a sandbox and waits for its
-// agent. On any failure everything made so far is removed. ctx bounds the
-// wait only: the sandbox does not end with ctx.
+// agent, or hands out a ready one from a matching warm pool. On any failure
+// everything made so far is removed. ctx bounds the wait only: the sandbox
+// does not end with ctx.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error) {
 	p, err := m.validate(ctx, req)
 	if err != nil {
 		return Record{}, err
 	}
+	if !req.NoPool {
+		if rec, ok, err := m.fromPool(ctx, p); ok {
+			return rec, err
+		}
+	}
 	id, err := newID()
 	if err != nil {
 		return Record{}, err
 	}
+	return m.build(ctx, p, id, buildOpts{})
+}
+
+// buildOpts vary how build makes a sandbox.
+type buildOpts struct {
+	// mounts, when set, are the root file system of a writable layer that
+	// the caller prepared under the sandbox's ID (fork); build removes the
+	// layer if it fails.
+	mounts []mount.Mount
+	// restore, when set, is a checkpoint directory whose processes are
+	// resumed instead of starting a new agent.
+	restore string
+	// pool marks a warm pool's sandbox, hidden until handed out.
+	pool string
+}
+
+// build makes and starts sandbox id from the validated plan p.
+func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (Record, error) {
 	rt := m.cfg.Runtimes[p.rec.Runtime]
 	rec := p.rec
 	rec.ID = id
 	rec.State = StateCreating
+	rec.Pool = o.pool
 	rec.Created = time.Now().UTC().Truncate(time.Millisecond)
-	if req.Timeout > 0 {
-		rec.Deadline = rec.Created.Add(req.Timeout)
+	if rec.Timeout > 0 {
+		rec.Deadline = rec.Created.Add(rec.Timeout)
 	}
 	rec.AgentAddr = rt.AgentAddr(id)
 	ctx = log.With(ctx, "sandbox", id)
 
 	b := &box{rec: rec}
+	b.touch()
 	b.op.Lock()
 	defer b.op.Unlock()
 	if err := m.reserve(b); err != nil {
+		if o.mounts != nil {
+			_ = m.cfg.Layers.Remove(context.WithoutCancel(ctx), id)
+		}
 		return Record{}, err
 	}
 
@@ -180,7 +245,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 		phases = append(phases, name, now.Sub(last).Round(time.Microsecond))
 		last = now
 	}
+	spec := p.spec
+	spec.Hostname = cmp.Or(rec.Name, id)
+	saved := spec
+	rec.Spec = &saved
 	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
+		if o.mounts != nil {
+			_ = m.cfg.Layers.Remove(context.WithoutCancel(ctx), id)
+		}
 		return Record{}, fmt.Errorf("record sandbox %s: %w", id, err)
 	}
 	phase("record")
@@ -197,26 +269,24 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 			log.G(tctx).Error("rollback: remove layer", "error", err)
 		}
 	})
-	mounts, err := m.cfg.Layers.Prepare(lctx, id, p.image.TopLayer, PrepareOpts{DiskBytes: rec.Resources.DiskBytes})
-	if err != nil {
-		return Record{}, fmt.Errorf("prepare root file system: %w", err)
+	if o.mounts != nil {
+		spec.Rootfs = o.mounts
+	} else {
+		mounts, err := m.cfg.Layers.Prepare(lctx, id, p.image.TopLayer, p.prepare(rec))
+		if err != nil {
+			return Record{}, fmt.Errorf("prepare root file system: %w", err)
+		}
+		spec.Rootfs = mounts
+		phase("prepare")
 	}
-	phase("prepare")
-	spec := p.spec
-	spec.Rootfs = mounts
-	spec.Hostname = cmp.Or(rec.Name, id)
 
 	cu.Add(func() {
 		if err := rt.Delete(tctx, id); err != nil {
 			log.G(tctx).Error("rollback: delete from runtime", "error", err)
 		}
 	})
-	if err := rt.Create(lctx, id, &spec); err != nil {
-		return Record{}, fmt.Errorf("create sandbox: %w", err)
-	}
-	phase("create")
-	if err := rt.Start(lctx, id); err != nil {
-		return Record{}, fmt.Errorf("start sandbox: %w", err)
+	if err := m.run(lctx, rt, id, &spec, o.restore); err != nil {
+		return Record{}, err
 	}
 	phase("start")
 	var caPEM []byte
@@ -226,6 +296,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 				log.G(tctx).Error("rollback: detach network", "error", err)
 			}
 		})
+		var err error
 		if caPEM, err = m.cfg.Network.Prepare(id, *rec.Network); err != nil {
 			return Record{}, fmt.Errorf("prepare network: %w", err)
 		}
@@ -235,7 +306,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 		phase("network")
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
-	err = m.cfg.AgentReady(rctx, rec.AgentAddr)
+	err := m.cfg.AgentReady(rctx, rec.AgentAddr)
 	cancel()
 	if err != nil {
 		return Record{}, fmt.Errorf("wait for agent: %w", err)
@@ -258,8 +329,30 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error)
 	m.mu.Unlock()
 	m.arm(ctx, b)
 	phase("commit")
-	log.G(ctx).Info("sandbox created", append([]any{"image", rec.Image, "runtime", rec.Runtime}, phases...)...)
+	log.G(ctx).Info("sandbox created", append([]any{"image", rec.Image, "runtime", rec.Runtime, "pool", rec.Pool, "origin", rec.Origin}, phases...)...)
 	return rec, nil
+}
+
+// run creates sandbox id in rt from spec and starts it, or restores the
+// processes checkpointed in restore.
+func (m *Manager) run(ctx context.Context, rt Runtime, id string, spec *Spec, restore string) error {
+	if restore != "" {
+		c, ok := rt.(Checkpointer)
+		if !ok {
+			return fmt.Errorf("restore sandbox: runtime cannot restore processes: %w", errdefs.ErrNotImplemented)
+		}
+		if err := c.Restore(ctx, id, spec, restore); err != nil {
+			return fmt.Errorf("restore sandbox: %w", err)
+		}
+		return nil
+	}
+	if err := rt.Create(ctx, id, spec); err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		return fmt.Errorf("start sandbox: %w", err)
+	}
+	return nil
 }
 
 // reserve adds b to the index after checking that its name is free.
@@ -323,12 +416,12 @@ func (m *Manager) arm(ctx context.Context, b *box) {
 func (m *Manager) lookup(idOrName string) (*box, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b, ok := m.boxes[idOrName]; ok {
+	if b, ok := m.boxes[idOrName]; ok && b.rec.Pool == "" {
 		return b, nil
 	}
 	if idOrName != "" {
 		for _, b := range m.boxes {
-			if b.rec.Name == idOrName {
+			if b.rec.Name == idOrName && b.rec.Pool == "" {
 				return b, nil
 			}
 		}
@@ -352,7 +445,9 @@ func (m *Manager) List(ctx context.Context) ([]Record, error) {
 	m.mu.Lock()
 	out := make([]Record, 0, len(m.boxes))
 	for _, b := range m.boxes {
-		out = append(out, cloneRecord(b.rec))
+		if b.rec.Pool == "" {
+			out = append(out, cloneRecord(b.rec))
+		}
 	}
 	m.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -385,7 +480,7 @@ func (m *Manager) Usage(ctx context.Context, idOrName string) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	if rec.State != StateRunning {
+	if rec.State != StateRunning && rec.State != StatePaused {
 		return Usage{}, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
 	}
 	s, ok := m.cfg.Runtimes[rec.Runtime].(Statser)
@@ -407,12 +502,16 @@ func (m *Manager) Usage(ctx context.Context, idOrName string) (Usage, error) {
 // state "error" and is returned. Teardown runs on a context detached from
 // ctx.
 func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error {
-	return m.remove(ctx, idOrName, force, nil)
+	return m.remove(ctx, idOrName, force, nil, false)
 }
 
 // remove tears the sandbox idOrName down (see teardown).
-func (m *Manager) remove(ctx context.Context, idOrName string, force bool, beforeRemove func(context.Context, Record)) error {
-	b, err := m.lookup(idOrName)
+func (m *Manager) remove(ctx context.Context, idOrName string, force bool, beforeRemove func(context.Context, Record), pooled bool) error {
+	lookup := m.lookup
+	if pooled {
+		lookup = m.lookupAny
+	}
+	b, err := lookup(idOrName)
 	if err != nil {
 		return err
 	}
@@ -451,7 +550,7 @@ func (m *Manager) Commit(ctx context.Context, idOrName string, commit func(ctx c
 	var cerr error
 	if err := m.remove(ctx, idOrName, false, func(ctx context.Context, rec Record) {
 		cerr = commit(ctx, rec.ID)
-	}); err != nil {
+	}, false); err != nil {
 		return err
 	}
 	return cerr
@@ -499,6 +598,13 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 	}
 	if beforeRemove != nil {
 		beforeRemove(ctx)
+	}
+	if m.cfg.StateDir != "" {
+		if err := os.RemoveAll(m.checkpointDir(rec.ID)); err != nil {
+			if err := fail(fmt.Errorf("remove checkpoint of %s: %w", rec.ID, err)); err != nil {
+				return err
+			}
+		}
 	}
 	if err := m.cfg.Layers.Remove(ctx, rec.ID); err != nil {
 		if err := fail(fmt.Errorf("remove layer of %s: %w", rec.ID, err)); err != nil {
@@ -554,19 +660,18 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.mu.Lock()
 		m.boxes[rec.ID] = b
 		m.mu.Unlock()
-		if reason := m.alive(rctx, *rec); reason != "" {
+		keep, reason := m.recoverOne(rctx, b, *rec)
+		if !keep {
 			log.G(rctx).Info("recover: removing sandbox", "reason", reason)
 			b.op.Lock()
-			cleanup.Do(rctx, func(c context.Context) { _ = m.teardown(c, b, *rec, true, nil) }) // force: never fails
+			cleanup.Do(rctx, func(c context.Context) { _ = m.teardown(c, b, b.rec, true, nil) }) // force: never fails
 			b.op.Unlock()
 			removed++
 			continue
 		}
-		if err := m.attachNetwork(rctx, *rec); err != nil {
-			log.G(rctx).Error("recover: network not attached: the box keeps running without egress", "error", err)
-		}
-		log.G(rctx).Info("recover: sandbox kept", "runtime", rec.Runtime)
+		log.G(rctx).Info("recover: sandbox kept", "runtime", rec.Runtime, "state", b.rec.State)
 		kept++
+		b.touch()
 		m.arm(rctx, b)
 	}
 	var orphans int
@@ -606,8 +711,124 @@ func (m *Manager) Recover(ctx context.Context) error {
 			orphans++
 		}
 	}
+	if m.cfg.StateDir != "" {
+		dir := filepath.Join(m.cfg.StateDir, "checkpoints")
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if !owned[e.Name()] {
+				log.G(ctx).Info("recover: removing orphan checkpoint", "checkpoint", e.Name())
+				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+					return fmt.Errorf("recover: remove orphan checkpoint: %w", err)
+				}
+				orphans++
+			}
+		}
+	}
 	log.G(ctx).Info("recovered sandboxes", "kept", kept, "removed", removed, "orphans_removed", orphans)
 	return nil
+}
+
+// recoverOne decides the fate of recorded sandbox rec at daemon start and
+// brings its record up to date: keep is false (with the reason) when it
+// must be removed.
+func (m *Manager) recoverOne(ctx context.Context, b *box, rec Record) (keep bool, reason string) {
+	if rec.Pool != "" {
+		return false, "warm pool sandbox: the pool refills"
+	}
+	if !rec.Deadline.IsZero() && !time.Now().Before(rec.Deadline) {
+		return false, "timeout reached"
+	}
+	rt, ok := m.cfg.Runtimes[rec.Runtime]
+	if !ok {
+		return false, "runtime " + rec.Runtime + " is not available"
+	}
+	status := StatusStopped
+	if st, err := rt.State(ctx, rec.ID); err == nil {
+		status = st.Status
+	}
+	set := func(state RecordState, sus *Suspension) {
+		rec.State, rec.Suspended = state, sus
+		if err := m.save(ctx, b, rec); err != nil {
+			log.G(ctx).Error("recover: record state", "error", err)
+		}
+	}
+	switch rec.State {
+	case StatePaused:
+		if status == StatusPaused {
+			// The new daemon's network service knows nothing of the box:
+			// wire it now, or it has no egress once unpaused.
+			if err := m.attachNetwork(ctx, rec); err != nil {
+				log.G(ctx).Error("recover: network not attached: the box has no egress", "error", err)
+			}
+			return true, ""
+		}
+		if status == StatusRunning {
+			set(StateRunning, nil)
+		}
+	case StateRunning:
+		if status == StatusPaused {
+			// Frozen for a snapshot or fork that the crash interrupted.
+			if p, ok := rt.(Pauser); ok {
+				if err := p.Unpause(ctx, rec.ID); err != nil {
+					return false, "cannot thaw: " + err.Error()
+				}
+			}
+		}
+	case StateSuspended:
+		return m.recoverSuspended(ctx, rt, rec)
+	case StateSuspending, StateResuming:
+		if status == StatusRunning || status == StatusPaused {
+			if reason := m.alive(ctx, Record{ID: rec.ID, Runtime: rec.Runtime, State: StateRunning}); reason == "" {
+				if m.cfg.StateDir != "" {
+					_ = os.RemoveAll(m.checkpointDir(rec.ID))
+				}
+				set(StateRunning, nil)
+				break
+			}
+		}
+		// The processes are gone: the files remain, and the memory if
+		// the checkpoint completed.
+		if err := rt.Delete(ctx, rec.ID); err != nil {
+			return false, "cannot clean the runtime: " + err.Error()
+		}
+		sus := &Suspension{Time: time.Now().UTC().Truncate(time.Millisecond)}
+		// Without a state directory there is no checkpoint (and
+		// checkpointDir would be relative to the working directory).
+		if m.cfg.StateDir != "" {
+			if _, err := os.Stat(filepath.Join(m.checkpointDir(rec.ID), completeMarker)); err == nil {
+				sus.Memory, sus.MemoryBytes = true, dirSize(m.checkpointDir(rec.ID))
+			} else {
+				_ = os.RemoveAll(m.checkpointDir(rec.ID))
+			}
+		}
+		set(StateSuspended, sus)
+		return m.recoverSuspended(ctx, rt, rec)
+	}
+	if reason := m.alive(ctx, b.rec); reason != "" {
+		return false, reason
+	}
+	if err := m.attachNetwork(ctx, b.rec); err != nil {
+		log.G(ctx).Error("recover: network not attached: the box keeps running without egress", "error", err)
+	}
+	return true, ""
+}
+
+// recoverSuspended keeps a suspended sandbox whose writable layer exists.
+func (m *Manager) recoverSuspended(ctx context.Context, rt Runtime, rec Record) (bool, string) {
+	if rec.Ephemeral {
+		return false, "ephemeral"
+	}
+	if l, ok := m.cfg.Layers.(LayerLister); ok {
+		keys, err := l.Active(ctx)
+		if err == nil && !slices.Contains(keys, rec.ID) {
+			return false, "writable layer missing"
+		}
+	}
+	// Nothing of it may be left in the runtime (a crash mid-suspend).
+	if err := rt.Delete(ctx, rec.ID); err != nil {
+		return false, "cannot clean the runtime: " + err.Error()
+	}
+	return true, ""
 }
 
 // alive returns why rec cannot be kept, or "" when it can.
@@ -644,7 +865,30 @@ func (m *Manager) alive(ctx context.Context, rec Record) string {
 // not stop sandboxes: they keep running for the next daemon to recover.
 func (m *Manager) Close() error {
 	m.mu.Lock()
+	wasClosed := m.closed
 	m.closed = true
+	m.mu.Unlock()
+	if !wasClosed {
+		close(m.stop)
+	}
+	m.bg.Wait()
+	m.writes.Wait()
+	// Ready pool boxes are not worth keeping for the next daemon, which
+	// would remove them anyway: remove them now.
+	m.mu.Lock()
+	var pooled []string
+	for _, b := range m.boxes {
+		if b.rec.Pool != "" && !b.gone {
+			pooled = append(pooled, b.rec.ID)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range pooled {
+		if err := m.remove(context.Background(), id, true, nil, true); err != nil && !errdefs.IsNotFound(err) {
+			log.G(context.Background()).Warn("remove pooled sandbox at close", "sandbox", id, "error", err)
+		}
+	}
+	m.mu.Lock()
 	for _, b := range m.boxes {
 		m.stopTimerLocked(b)
 	}

@@ -17,6 +17,16 @@ const (
 	StateRunning  RecordState = "running"
 	// StateDeleting is written before teardown starts.
 	StateDeleting RecordState = "deleting"
+	// StatePaused sandboxes are frozen (no CPU) and keep their memory.
+	StatePaused RecordState = "paused"
+	// StateSuspending is written before a suspend starts: a restarted
+	// daemon finds out how far it got.
+	StateSuspending RecordState = "suspending"
+	// StateSuspended sandboxes have no process and no mount: their writable
+	// layer (and, with memory state, their checkpoint) wait on disk.
+	StateSuspended RecordState = "suspended"
+	// StateResuming is written before a resume starts.
+	StateResuming RecordState = "resuming"
 	// StateError marks a sandbox whose teardown failed; Delete with force
 	// removes it.
 	StateError RecordState = "error"
@@ -46,6 +56,45 @@ type Record struct {
 	Ephemeral bool `json:"ephemeral,omitempty"`
 	// Network is the box's egress settings; nil means mode none.
 	Network *network.Settings `json:"network,omitempty"`
+	// Timeout is the lifetime asked at create; keep-alive extends the
+	// deadline by it when given no other duration.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// IdleTimeout suspends or removes (IdleAction) the sandbox after that
+	// long without exec, file or network activity; 0 = never.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	IdleAction  IdleAction    `json:"idle_action,omitempty"`
+	// Suspended describes the saved state of a suspended sandbox.
+	Suspended *Suspension `json:"suspended,omitempty"`
+	// Origin is the sandbox this one was forked from, or the snapshot it
+	// was created from.
+	Origin string `json:"origin,omitempty"`
+	// Layer is the layer store key of the image layer under the writable
+	// layer (the image's top layer at create).
+	Layer string `json:"layer,omitempty"`
+	// Spec is what the runtime was given (without Rootfs), kept to resume,
+	// fork and snapshot the sandbox without the image record.
+	Spec *Spec `json:"spec,omitempty"`
+	// Pool is the warm pool a ready, not yet handed out sandbox belongs to.
+	Pool string `json:"pool,omitempty"`
+}
+
+// IdleAction is what happens to an idle sandbox.
+type IdleAction string
+
+const (
+	IdleSuspend IdleAction = "suspend" // the default
+	IdleRemove  IdleAction = "remove"
+)
+
+// Suspension is the saved state of a suspended sandbox.
+type Suspension struct {
+	Time time.Time `json:"time"`
+	// Memory is true when the processes were saved (CRIU) and resume brings
+	// them back; false when only the file system was kept and resume
+	// starts a fresh agent on it.
+	Memory bool `json:"memory"`
+	// MemoryBytes is the size of the checkpoint images on disk.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take the Manager's
@@ -76,6 +125,11 @@ type CreateRequest struct {
 	// Network is the box's egress policy, limits and secrets; nil means
 	// mode none (loopback only).
 	Network *network.Settings
+	// IdleTimeout and IdleAction: see Record.
+	IdleTimeout time.Duration
+	IdleAction  IdleAction
+	// NoPool never hands out a warm pool's sandbox for this request.
+	NoPool bool
 }
 
 // Store persists sandbox records (implemented by internal/meta). Writes are

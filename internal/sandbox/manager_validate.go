@@ -45,6 +45,15 @@ type plan struct {
 	spec  Spec
 }
 
+// prepare returns the layer store options of the plan's writable layer.
+func (p plan) prepare(rec Record) PrepareOpts {
+	o := PrepareOpts{DiskBytes: rec.Resources.DiskBytes, FromDisk: p.image.Disk}
+	if o.FromDisk != "" {
+		o.DiskBytes = 0 // the saved disk's size
+	}
+	return o
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 }
@@ -83,6 +92,19 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	if req.Timeout < 0 || req.Timeout > MaxTimeout {
 		return p, invalid("timeout %s must be between 0 (none) and %s", req.Timeout, MaxTimeout)
 	}
+	if req.IdleTimeout < 0 || req.IdleTimeout > MaxTimeout {
+		return p, invalid("idle_timeout %s must be between 0 (none) and %s", req.IdleTimeout, MaxTimeout)
+	}
+	idleAction := req.IdleAction
+	switch idleAction {
+	case "":
+		if req.IdleTimeout > 0 {
+			idleAction = IdleSuspend
+		}
+	case IdleSuspend, IdleRemove:
+	default:
+		return p, invalid("idle_action %q must be %q or %q", idleAction, IdleSuspend, IdleRemove)
+	}
 	rtName := cmp.Or(req.Runtime, m.cfg.DefaultRuntime)
 	if _, ok := m.cfg.Runtimes[rtName]; !ok {
 		return p, invalid("runtime %q is not available (available: %s)", rtName, strings.Join(m.Runtimes(), ", "))
@@ -101,6 +123,12 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	if err != nil {
 		return p, err
 	}
+	if img.Disk != "" {
+		if d := req.Resources.DiskBytes; d != 0 && d != img.DiskBytes {
+			return p, invalid("resources.disk_bytes %d: sandboxes from snapshot %q keep its disk size, %d", d, imgName, img.DiskBytes)
+		}
+		res.DiskBytes = img.DiskBytes
+	}
 	if n := req.Name; n != "" {
 		if _, err := m.lookup(n); err == nil {
 			return p, fmt.Errorf("name %q is already used: %w", n, errdefs.ErrAlreadyExists)
@@ -118,6 +146,14 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		User:      req.User,
 		Labels:    cloneMap(req.Labels),
 		Ephemeral: req.Ephemeral,
+
+		Timeout:     req.Timeout,
+		IdleTimeout: req.IdleTimeout,
+		IdleAction:  idleAction,
+		Layer:       img.TopLayer,
+	}
+	if img.Disk != "" {
+		p.rec.Origin = imgName
 	}
 	if req.Network == nil && req.Base == nil {
 		req.Network = img.Network

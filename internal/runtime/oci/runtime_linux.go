@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/agentclient"
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/identifiers"
@@ -28,9 +29,12 @@ import (
 )
 
 var (
-	_ sandbox.Runtime = (*Runtime)(nil)
-	_ sandbox.Statser = (*Runtime)(nil)
-	_ sandbox.Lister  = (*Runtime)(nil)
+	_ sandbox.Runtime      = (*Runtime)(nil)
+	_ sandbox.Statser      = (*Runtime)(nil)
+	_ sandbox.Lister       = (*Runtime)(nil)
+	_ sandbox.Pauser       = (*Runtime)(nil)
+	_ sandbox.Syncer       = (*Runtime)(nil)
+	_ sandbox.Checkpointer = (*Runtime)(nil)
 )
 
 // Files in a sandbox's directory <RunDir>/<id>/.
@@ -38,7 +42,6 @@ const (
 	bundleDir  = "bundle"
 	rootfsDir  = "bundle/rootfs"
 	configFile = "bundle/config.json"
-	socketFile = "agent.sock"
 	agentLog   = "agent.log"
 	runtimeLog = "runtime.log"
 	pidFile    = "pid"
@@ -50,8 +53,27 @@ const (
 )
 
 // Runtime runs sandboxes as OCI containers with crun or runc. Create
-// mounts the root file system and writes the bundle; Start runs the
-// runtime's "run --detach", handing the agent its listening socket as fd 3.
+// mounts the root file system, makes the sandbox's network namespace and
+// writes the bundle; Start runs the runtime's "run --detach", handing the
+// agent its listening socket as fd 3.
+//
+// The agent's socket. The daemon makes each sandbox's network namespace
+// itself (bind-mounted at <RunDir>/<id>/netns, and named in config.json so
+// that the runtime joins it instead of making one) and creates the agent's
+// listening socket in it, bound to the abstract name "@corral-agent". So the
+// socket lives entirely inside the box, which is what CRIU needs to save and
+// restore it: a socket bound to a host path outside the box cannot be
+// checkpointed. The daemon reaches it by joining the namespace from an OS
+// thread (AgentAddr, "unix-abstract://<RunDir>/<id>/netns#corral-agent",
+// see agentclient.Dial), and the agent accepts only peers outside its pid
+// namespace (internal/agent), so the box's processes, which can reach the
+// name, can never drive their agent. A HostNetwork box (builds) joins the
+// host's network namespace, but its agent socket still lives in a private
+// namespace made for it alone, so every sandbox has the same kind of
+// address and nothing on the host can reach a box's agent without
+// CAP_SYS_ADMIN. A namespace named in config.json is also what CRIU calls
+// external: a checkpoint leaves it alone and a restore puts the processes
+// into a fresh one, where the daemon attaches the network again.
 type Runtime struct {
 	cfg         Config
 	binary      string   // absolute path of the OCI runtime
@@ -148,17 +170,43 @@ func (r *Runtime) CgroupPath(id string) string { return "/" + r.cfg.CgroupParent
 // Dir is the sandbox's directory <RunDir>/<id>.
 func (r *Runtime) Dir(id string) string { return filepath.Join(r.cfg.RunDir, id) }
 
-// AgentAddr returns "unix://<RunDir>/<id>/agent.sock". The path may be longer
-// than sun_path allows for long ids; dial it through an open directory fd
-// (/proc/self/fd/N/agent.sock) in that case.
+// AgentAddr returns "unix-abstract://<RunDir>/<id>/netns#corral-agent": the
+// abstract socket "@corral-agent" in the sandbox's network namespace (see
+// Runtime and agentclient.Dial). It is the same for every sandbox kind and
+// does not change when the sandbox is restored.
 func (r *Runtime) AgentAddr(id string) string {
-	return "unix://" + filepath.Join(r.Dir(id), socketFile)
+	return agentclient.UnixAbstractAddr(r.netnsPath(id), AgentSocketName)
 }
 
-// Create validates spec, mounts its root file system, writes the bundle
-// and makes the agent's listening socket. It returns
-// errdefs.ErrAlreadyExists when id exists; on error it leaves nothing.
+// netnsPath is the bind mount of sandbox id's network namespace.
+func (r *Runtime) netnsPath(id string) string { return filepath.Join(r.Dir(id), netnsFile) }
+
+// Create validates spec, mounts its root file system, makes its network
+// namespace with the agent's listening socket and writes the bundle. It
+// returns errdefs.ErrAlreadyExists when id exists; on error it leaves
+// nothing.
 func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (retErr error) {
+	if err := checkSpec(id, spec); err != nil {
+		return err
+	}
+	cu, err := r.newDir(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer cu.Clean()
+	l, err := r.prepare(id, spec, true)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	r.mu.Lock()
+	r.listeners[id] = l
+	r.mu.Unlock()
+	cu.Release()
+	return nil
+}
+
+// checkSpec validates id and the parts of spec that Create relies on.
+func checkSpec(id string, spec *sandbox.Spec) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
 	}
@@ -170,29 +218,18 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 			return fmt.Errorf("create %s: mount target %q is not absolute: %w", id, m.Target, errdefs.ErrInvalidArgument)
 		}
 	}
-	cfg, err := buildSpec(specParams{
-		id:          id,
-		spec:        spec,
-		args:        r.processArgs,
-		cgroupsPath: r.CgroupPath(id),
-		seccomp:     *r.cfg.Seccomp,
-		swap:        r.swap,
-		nofile:      r.nofile,
-	})
-	if err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
-	}
-	configJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
-	}
+	return nil
+}
 
-	dir := r.Dir(id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+// newDir makes the sandbox's directory (errdefs.ErrAlreadyExists when it
+// exists) and returns a cleanup that deletes the sandbox, to release once
+// it is whole.
+func (r *Runtime) newDir(ctx context.Context, id string) (*cleanup.Cleanup, error) {
+	if err := os.Mkdir(r.Dir(id), 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+			return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
 		}
-		return fmt.Errorf("create %s: %w", id, err)
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
 	cu := cleanup.Make(func() {
 		cleanup.Do(ctx, func(ctx context.Context) {
@@ -201,14 +238,44 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 			}
 		})
 	})
-	defer cu.Clean()
+	return &cu, nil
+}
 
+// prepare mounts the root file system of spec, makes the network namespace
+// (with the agent's listening socket when listen is set) and writes the
+// bundle of sandbox id, whose directory exists. The caller deletes the
+// sandbox on error.
+func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File, error) {
+	netns := r.netnsPath(id)
+	nsOfBox := netns
+	if spec.HostNetwork {
+		nsOfBox = "" // the agent's socket only: see Runtime
+	}
+	cfg, err := buildSpec(specParams{
+		id:          id,
+		spec:        spec,
+		args:        r.processArgs,
+		cgroupsPath: r.CgroupPath(id),
+		netns:       nsOfBox,
+		seccomp:     *r.cfg.Seccomp,
+		swap:        r.swap,
+		nofile:      r.nofile,
+	})
+	if err != nil {
+		return nil, err
+	}
+	configJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dir := r.Dir(id)
 	rootfs := filepath.Join(dir, rootfsDir)
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
+		return nil, err
 	}
 	// Record the targets before mounting, so that Delete (maybe in a
-	// restarted daemon) can undo a partial mount.All.
+	// restarted daemon) can undo a partial mount.All. The network
+	// namespace needs no record: Delete always removes dir/netns.
 	targets := make([]string, len(spec.Rootfs))
 	for i, m := range spec.Rootfs {
 		targets[i] = m.Target
@@ -217,23 +284,28 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 		}
 	}
 	if err := writeJSON(filepath.Join(dir, mountsFile), targets); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
+		return nil, err
 	}
 	if err := r.ns.Do(func() error { return mount.All(spec.Rootfs, rootfs) }); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
+		return nil, err
+	}
+	l, err := newNetNS(netns, listen)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.exposeNetNS(netns); err != nil {
+		if l != nil {
+			l.Close()
+		}
+		return nil, err
 	}
 	if err := writeFileAtomic(filepath.Join(dir, configFile), configJSON); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
+		if l != nil {
+			l.Close()
+		}
+		return nil, err
 	}
-	l, err := listen(dir)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
-	}
-	r.mu.Lock()
-	r.listeners[id] = l
-	r.mu.Unlock()
-	cu.Release()
-	return nil
+	return l, nil
 }
 
 func writeJSON(p string, v any) error {
@@ -259,43 +331,10 @@ func writeFileAtomic(p string, b []byte) error {
 	return nil
 }
 
-// listen makes the listening unix socket dir/agent.sock (mode 0600). It binds
-// through /proc/self/fd/<dirfd>, which keeps the address short whatever the
-// length of dir and never follows a symbolic link in its place.
-func listen(dir string) (*os.File, error) {
-	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open sandbox dir: %w", err)
-	}
-	defer d.Close()
-	dfd := int(d.Fd())
-	if err := unix.Unlinkat(dfd, socketFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return nil, fmt.Errorf("remove old agent socket: %w", err)
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("agent socket: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), socketFile)
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: fmt.Sprintf("/proc/self/fd/%d/%s", dfd, socketFile)}); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("bind agent socket: %w", err)
-	}
-	if err := unix.Fchmodat(dfd, socketFile, 0o600, 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("chmod agent socket: %w", err)
-	}
-	if err := unix.Listen(fd, 128); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("listen on agent socket: %w", err)
-	}
-	return f, nil
-}
-
 // Start runs the sandbox's PID 1 with "<runtime> run --detach
 // --preserve-fds 1": the listening socket becomes fd 3 in the box and the
 // process's stdout and stderr go to <RunDir>/<id>/agent.log. A stopped
-// sandbox can be started again.
+// sandbox can be started again, in a fresh network namespace.
 func (r *Runtime) Start(ctx context.Context, id string) error {
 	st, err := r.State(ctx, id)
 	if err != nil {
@@ -314,14 +353,24 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	l := r.listeners[id]
 	delete(r.listeners, id)
 	r.mu.Unlock()
-	if l == nil { // restarted daemon, or a restart of a stopped sandbox
-		if l, err = listen(dir); err != nil {
+	if l == nil {
+		// A restarted daemon (the socket was in the old one's memory), or
+		// a restart of a stopped sandbox: start over in a new namespace, as
+		// the runtime would for a namespace of its own.
+		netns := r.netnsPath(id)
+		if err := r.removeNetNS(netns); err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		if l, err = newNetNS(netns, true); err != nil {
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 	}
 	defer l.Close() // the box holds its own copy
+	if err := r.exposeNetNS(r.netnsPath(id)); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
 
-	out, err := os.OpenFile(filepath.Join(dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	out, err := openLog(dir)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
@@ -339,21 +388,34 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("start %s: %s run: %w: %s", id, filepath.Base(r.binary), err, tail(rlog))
 	}
-	// The agent must be the last thing the OOM killer picks. crun sets
-	// process.oomScoreAdj after dropping CAP_SYS_RESOURCE, which fails for
-	// negative values, so the daemon sets it here, before anyone can ask the
-	// agent to fork. The agent resets it to 0 for the commands it runs.
-	p, ok, err := r.init(id)
-	if err != nil {
+	if err := r.protectAgent(ctx, id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
-	if ok {
-		defer p.close()
-		// Best effort: without CAP_SYS_RESOURCE (some nested setups) the
-		// write fails with EACCES and the agent keeps the daemon's score.
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", p.pid), []byte(agentOOMScoreAdj), 0); err != nil {
-			log.G(ctx).Debug("set agent oom_score_adj", "sandbox", id, "error", err)
-		}
+	return nil
+}
+
+// openLog opens the agent's log <dir>/agent.log for appending. Not
+// O_NOFOLLOW: CRIU reopens the file of a checkpointed descriptor with its
+// flags through /proc/self/fd, which O_NOFOLLOW refuses; dir is the
+// daemon's own (mode 0700).
+func openLog(dir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+}
+
+// protectAgent makes the agent the last thing the OOM killer picks. crun
+// sets process.oomScoreAdj after dropping CAP_SYS_RESOURCE, which fails for
+// negative values, so the daemon sets it, before anyone can ask the agent
+// to fork. The agent resets it to 0 for the commands it runs.
+func (r *Runtime) protectAgent(ctx context.Context, id string) error {
+	p, ok, err := r.init(id)
+	if err != nil || !ok {
+		return err
+	}
+	defer p.close()
+	// Best effort: without CAP_SYS_RESOURCE (some nested setups) the
+	// write fails with EACCES and the agent keeps the daemon's score.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", p.pid), []byte(agentOOMScoreAdj), 0); err != nil {
+		log.G(ctx).Debug("set agent oom_score_adj", "sandbox", id, "error", err)
 	}
 	return nil
 }
@@ -490,6 +552,10 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 		return err
 	}
 	defer p.close()
+	// A paused box would not get the signals until thawed.
+	if err := r.thaw(id); err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
 	if grace > 0 {
 		if err := unix.PidfdSendSignal(p.pidfd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("stop %s: signal: %w", id, err)
@@ -532,6 +598,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
 	}
+	// A paused box's processes must be able to exit: the v1 freezer keeps
+	// even SIGKILLed tasks frozen.
+	if err := r.thaw(id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
 	if p, ok, err := r.init(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	} else if ok {
@@ -553,6 +624,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 
 	dir := r.Dir(id)
 	if err := r.unmountAll(dir); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	if err := r.removeNetNS(r.netnsPath(id)); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	if err := r.removeCgroup(ctx, id); err != nil {
@@ -616,8 +690,9 @@ func (r *Runtime) removeCgroup(ctx context.Context, id string) error {
 	return err
 }
 
-// State reports whether the sandbox is created (never started), running or
-// stopped, from its pid file and a liveness check of that pid.
+// State reports whether the sandbox is created (never started), running,
+// paused (its cgroup frozen) or stopped, from its pid file, a liveness check
+// of that pid and the freezer.
 func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return sandbox.State{}, err
@@ -640,6 +715,9 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 		return sandbox.State{Status: sandbox.StatusStopped}, nil
 	}
 	p.close()
+	if r.frozen(id) {
+		return sandbox.State{Status: sandbox.StatusPaused, Pid: p.pid}, nil
+	}
 	return sandbox.State{Status: sandbox.StatusRunning, Pid: p.pid}, nil
 }
 

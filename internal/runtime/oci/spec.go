@@ -89,9 +89,12 @@ type specParams struct {
 	spec        *sandbox.Spec
 	args        []string // PID 1 command line; nil means the agent
 	cgroupsPath string
-	seccomp     bool
-	swap        bool   // the host accounts swap: limit memory+swap
-	nofile      uint64 // RLIMIT_NOFILE for the box
+	// netns is the network namespace file the box joins; ignored with
+	// spec.HostNetwork.
+	netns   string
+	seccomp bool
+	swap    bool   // the host accounts swap: limit memory+swap
+	nofile  uint64 // RLIMIT_NOFILE for the box
 }
 
 // buildSpec returns the OCI runtime configuration of a sandbox. The bundle's
@@ -197,7 +200,7 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			Resources:   res,
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace},
-				{Type: specs.NetworkNamespace},
+				{Type: specs.NetworkNamespace, Path: p.netns},
 				{Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace},

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -21,31 +23,52 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-// Runtime is an in-memory sandbox.Runtime that is also a Statser and a
-// Lister.
+// Runtime is an in-memory sandbox.Runtime that is also a Statser, a
+// Lister, a Pauser, a Syncer and a Checkpointer (see lifecycle.go).
 type Runtime struct {
 	CreateFn func(ctx context.Context, id string, spec *sandbox.Spec) error
 	StartFn  func(ctx context.Context, id string) error
 	DeleteFn func(ctx context.Context, id string) error
 	StateFn  func(ctx context.Context, id string) (sandbox.State, error)
+	// PauseFn is called first by Pause and by Unpause (paused tells which).
+	PauseFn func(ctx context.Context, id string, paused bool) error
+	// CheckpointFn and RestoreFn are called first by Checkpoint and Restore.
+	CheckpointFn func(ctx context.Context, id, dir string, leaveRunning bool) error
+	RestoreFn    func(ctx context.Context, id string, spec *sandbox.Spec, dir string) error
 	// Addr returns the agent address of id ("fake://<id>" if nil).
 	Addr func(id string) string
 
 	mu sync.Mutex
 	// boxes are the sandboxes by ID; guarded by mu.
 	boxes map[string]*Box
+	// syncs counts Sync calls by ID; guarded by mu.
+	syncs map[string]int
 }
 
 // Box is one sandbox of the fake Runtime.
 type Box struct {
 	Spec   sandbox.Spec
 	Status sandbox.Status
+	// Memory stands for the state of the box's processes: a fresh Start
+	// has 0, Checkpoint saves it and Restore brings it back. Tests change
+	// it with Update.
+	Memory int
+	// NoCheckpoint, when set, makes Checkpoint fail with an error that
+	// wraps sandbox.ErrCheckpoint and gives it as the reason; the box keeps
+	// running.
+	NoCheckpoint string
+	// Restored is the checkpoint directory the box was restored from, ""
+	// when its agent was started fresh.
+	Restored string
 }
 
 var (
-	_ sandbox.Runtime = (*Runtime)(nil)
-	_ sandbox.Statser = (*Runtime)(nil)
-	_ sandbox.Lister  = (*Runtime)(nil)
+	_ sandbox.Runtime      = (*Runtime)(nil)
+	_ sandbox.Statser      = (*Runtime)(nil)
+	_ sandbox.Lister       = (*Runtime)(nil)
+	_ sandbox.Pauser       = (*Runtime)(nil)
+	_ sandbox.Syncer       = (*Runtime)(nil)
+	_ sandbox.Checkpointer = (*Runtime)(nil)
 )
 
 func (r *Runtime) init() {
@@ -181,22 +204,61 @@ func (r *Runtime) IDs() []string {
 	return ids
 }
 
-// LayerStore is an in-memory sandbox.LayerStore and LayerLister.
+// LayerStore is an in-memory sandbox.LayerStore, LayerLister,
+// LayerMounter and DiskSaver. Each writable layer and saved disk holds a
+// map of "files" (name to content) that tests write with WriteFile and read
+// with Files: a layer prepared FromDisk or FromActive starts with a copy of
+// its source's files and size.
 type LayerStore struct {
 	PrepareFn func(ctx context.Context, key, parent string, opts sandbox.PrepareOpts) error
 	RemoveFn  func(ctx context.Context, key string) error
+	// SaveDiskFn is called first by SaveDisk.
+	SaveDiskFn func(ctx context.Context, key, name string) error
 
 	mu sync.Mutex
-	// active maps a writable layer's key to its parent; guarded by mu.
-	active map[string]string
+	// active are the writable layers by key; guarded by mu.
+	active map[string]*layer
+	// disks are the saved disks by name; guarded by mu.
+	disks map[string]*savedDisk
+}
+
+// layer is a writable layer of the fake LayerStore.
+type layer struct {
+	parent    string
+	diskBytes int64
+	files     map[string]string
+}
+
+// savedDisk is a saved disk of the fake LayerStore.
+type savedDisk struct {
+	info  sandbox.SavedDisk
+	files map[string]string
 }
 
 var (
-	_ sandbox.LayerStore  = (*LayerStore)(nil)
-	_ sandbox.LayerLister = (*LayerStore)(nil)
+	_ sandbox.LayerStore   = (*LayerStore)(nil)
+	_ sandbox.LayerLister  = (*LayerStore)(nil)
+	_ sandbox.LayerMounter = (*LayerStore)(nil)
+	_ sandbox.DiskSaver    = (*LayerStore)(nil)
 )
 
-// Prepare implements sandbox.LayerStore.
+// initLocked makes the maps; the caller holds l.mu.
+func (l *LayerStore) initLocked() {
+	if l.active == nil {
+		l.active = map[string]*layer{}
+	}
+	if l.disks == nil {
+		l.disks = map[string]*savedDisk{}
+	}
+}
+
+func layerMounts(key, parent string) []mount.Mount {
+	return []mount.Mount{{Type: "overlay", Source: "overlay", Options: []string{"lowerdir=/fake/" + parent, "upperdir=/fake/" + key}}}
+}
+
+// Prepare implements sandbox.LayerStore. With opts.FromDisk or
+// opts.FromActive the source must exist, sit on parent, and opts.DiskBytes
+// must be zero or the source's size.
 func (l *LayerStore) Prepare(ctx context.Context, key, parent string, opts sandbox.PrepareOpts) ([]mount.Mount, error) {
 	if l.PrepareFn != nil {
 		if err := l.PrepareFn(ctx, key, parent, opts); err != nil {
@@ -205,14 +267,45 @@ func (l *LayerStore) Prepare(ctx context.Context, key, parent string, opts sandb
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.active == nil {
-		l.active = map[string]string{}
-	}
+	l.initLocked()
 	if _, ok := l.active[key]; ok {
 		return nil, fmt.Errorf("layer %s: %w", key, errdefs.ErrAlreadyExists)
 	}
-	l.active[key] = parent
-	return []mount.Mount{{Type: "overlay", Source: "overlay", Options: []string{"lowerdir=/fake/" + parent, "upperdir=/fake/" + key}}}, nil
+	ly := &layer{parent: parent, diskBytes: opts.DiskBytes, files: map[string]string{}}
+	var (
+		srcName   string
+		srcParent string
+		srcBytes  int64
+		srcFiles  map[string]string
+	)
+	switch {
+	case opts.FromDisk != "" && opts.FromActive != "":
+		return nil, fmt.Errorf("layer %s: both FromDisk and FromActive: %w", key, errdefs.ErrInvalidArgument)
+	case opts.FromDisk != "":
+		d, ok := l.disks[opts.FromDisk]
+		if !ok {
+			return nil, fmt.Errorf("saved disk %s: %w", opts.FromDisk, errdefs.ErrNotFound)
+		}
+		srcName, srcParent, srcBytes, srcFiles = opts.FromDisk, d.info.Parent, d.info.DiskBytes, d.files
+	case opts.FromActive != "":
+		a, ok := l.active[opts.FromActive]
+		if !ok {
+			return nil, fmt.Errorf("layer %s: %w", opts.FromActive, errdefs.ErrNotFound)
+		}
+		srcName, srcParent, srcBytes, srcFiles = opts.FromActive, a.parent, a.diskBytes, a.files
+	}
+	if srcName != "" {
+		if srcParent != parent {
+			return nil, fmt.Errorf("layer %s: source %s sits on %q, not %q: %w", key, srcName, srcParent, parent, errdefs.ErrInvalidArgument)
+		}
+		if opts.DiskBytes != 0 && opts.DiskBytes != srcBytes {
+			return nil, fmt.Errorf("layer %s: disk size %d differs from source %s's %d: %w", key, opts.DiskBytes, srcName, srcBytes, errdefs.ErrInvalidArgument)
+		}
+		ly.diskBytes = srcBytes
+		ly.files = maps.Clone(srcFiles)
+	}
+	l.active[key] = ly
+	return layerMounts(key, parent), nil
 }
 
 // Remove implements sandbox.LayerStore.
@@ -235,20 +328,130 @@ func (l *LayerStore) Active(ctx context.Context) ([]string, error) {
 	return slices.Sorted(maps.Keys(l.active)), nil
 }
 
+// Mounts implements sandbox.LayerMounter.
+func (l *LayerStore) Mounts(ctx context.Context, key string) ([]mount.Mount, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ly, ok := l.active[key]
+	if !ok {
+		return nil, fmt.Errorf("layer %s: %w", key, errdefs.ErrNotFound)
+	}
+	return layerMounts(key, ly.parent), nil
+}
+
+// SaveDisk implements sandbox.DiskSaver: the saved disk gets a copy of
+// the layer's files.
+func (l *LayerStore) SaveDisk(ctx context.Context, key, name string) (sandbox.SavedDisk, error) {
+	if l.SaveDiskFn != nil {
+		if err := l.SaveDiskFn(ctx, key, name); err != nil {
+			return sandbox.SavedDisk{}, err
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.initLocked()
+	ly, ok := l.active[key]
+	if !ok {
+		return sandbox.SavedDisk{}, fmt.Errorf("layer %s: %w", key, errdefs.ErrNotFound)
+	}
+	if _, ok := l.disks[name]; ok {
+		return sandbox.SavedDisk{}, fmt.Errorf("saved disk %s: %w", name, errdefs.ErrAlreadyExists)
+	}
+	var used int64
+	for _, v := range ly.files {
+		used += int64(len(v))
+	}
+	d := &savedDisk{
+		info: sandbox.SavedDisk{
+			Name: name, Parent: ly.parent, DiskBytes: ly.diskBytes, UsedBytes: used,
+			Created: time.Now().UTC(), Reflinked: true,
+		},
+		files: maps.Clone(ly.files),
+	}
+	l.disks[name] = d
+	return d.info, nil
+}
+
+// RemoveDisk implements sandbox.DiskSaver.
+func (l *LayerStore) RemoveDisk(ctx context.Context, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.disks, name)
+	return nil
+}
+
+// Disks implements sandbox.DiskSaver.
+func (l *LayerStore) Disks(ctx context.Context) ([]sandbox.SavedDisk, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]sandbox.SavedDisk, 0, len(l.disks))
+	for _, n := range slices.Sorted(maps.Keys(l.disks)) {
+		out = append(out, l.disks[n].info)
+	}
+	return out, nil
+}
+
 // Put adds a writable layer as if a previous daemon had made it.
 func (l *LayerStore) Put(key, parent string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.active == nil {
-		l.active = map[string]string{}
-	}
-	l.active[key] = parent
+	l.initLocked()
+	l.active[key] = &layer{parent: parent, files: map[string]string{}}
 }
 
 // Keys returns the writable layers' keys, sorted.
 func (l *LayerStore) Keys() []string {
 	k, _ := l.Active(context.Background())
 	return k
+}
+
+// WriteFile sets file name of writable layer key to data, as a process of
+// its sandbox would; errdefs.ErrNotFound when there is no such layer.
+func (l *LayerStore) WriteFile(key, name, data string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ly, ok := l.active[key]
+	if !ok {
+		return fmt.Errorf("layer %s: %w", key, errdefs.ErrNotFound)
+	}
+	ly.files[name] = data
+	return nil
+}
+
+// Files returns a copy of the files of writable layer key, and whether it
+// exists.
+func (l *LayerStore) Files(key string) (map[string]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ly, ok := l.active[key]
+	if !ok {
+		return nil, false
+	}
+	return maps.Clone(ly.files), true
+}
+
+// DiskBytes returns the disk size writable layer key was prepared with (a
+// copy's is its source's), and whether it exists.
+func (l *LayerStore) DiskBytes(key string) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ly, ok := l.active[key]
+	if !ok {
+		return 0, false
+	}
+	return ly.diskBytes, true
+}
+
+// DiskFiles returns a copy of the files of saved disk name, and whether it
+// exists.
+func (l *LayerStore) DiskFiles(name string) (map[string]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, ok := l.disks[name]
+	if !ok {
+		return nil, false
+	}
+	return maps.Clone(d.files), true
 }
 
 // ImageStore is an in-memory image store.
@@ -401,28 +604,51 @@ func (s *Store) IDs() []string {
 
 // Env is a ready-to-use set of fakes plus the sandbox.ManagerConfig that
 // wires them ("fake" is the default runtime, "other" a second one; the
-// images "host" and "busybox" exist).
+// images "host" and "busybox" exist; snapshots go into Images).
 type Env struct {
-	Runtime *Runtime
-	Other   *Runtime
-	Layers  *LayerStore
-	Images  *ImageStore
-	Store   *Store
+	Runtime   *Runtime
+	Other     *Runtime
+	Layers    *LayerStore
+	Images    *ImageStore
+	Store     *Store
+	Snapshots *SnapshotStore
 	// Ready is the agent readiness func; it calls ReadyFn when set.
 	ReadyFn func(ctx context.Context, addr string) error
+	// StateDir becomes ManagerConfig.StateDir: set it (to t.TempDir())
+	// to allow suspend with memory state and fork --memory-state.
+	StateDir string
+	// InitAgentFn, when set, is called by the config's InitAgent after the
+	// call is recorded; its error is returned.
+	InitAgentFn func(ctx context.Context, addr string, env []string, user, workdir string) error
+
+	mu sync.Mutex
+	// inits are the InitAgent calls, drops the DropAgentConns addresses, in
+	// order; guarded by mu.
+	inits []InitCall
+	drops []string
+}
+
+// InitCall is one call of ManagerConfig.InitAgent.
+type InitCall struct {
+	Addr    string
+	Env     []string
+	User    string
+	Workdir string
 }
 
 // NewEnv returns fresh fakes.
 func NewEnv() *Env {
+	images := NewImageStore(
+		sandbox.Image{Name: "host", TopLayer: "host-layer", Builtin: true, Env: []string{"PATH=/usr/bin:/bin"}},
+		sandbox.Image{Name: "busybox", TopLayer: "busybox-layer", Builtin: true},
+	)
 	return &Env{
-		Runtime: &Runtime{},
-		Other:   &Runtime{},
-		Layers:  &LayerStore{},
-		Images: NewImageStore(
-			sandbox.Image{Name: "host", TopLayer: "host-layer", Builtin: true, Env: []string{"PATH=/usr/bin:/bin"}},
-			sandbox.Image{Name: "busybox", TopLayer: "busybox-layer", Builtin: true},
-		),
-		Store: &Store{},
+		Runtime:   &Runtime{},
+		Other:     &Runtime{},
+		Layers:    &LayerStore{},
+		Images:    images,
+		Store:     &Store{},
+		Snapshots: &SnapshotStore{Images: images},
 	}
 }
 
@@ -442,10 +668,43 @@ func (e *Env) Config() sandbox.ManagerConfig {
 		},
 		AgentBinary: "/usr/local/bin/corral",
 		MaxCPUs:     8,
+		StateDir:    e.StateDir,
+		Snapshots:   e.Snapshots,
+		InitAgent: func(ctx context.Context, addr string, env []string, user, workdir string) error {
+			e.mu.Lock()
+			e.inits = append(e.inits, InitCall{Addr: addr, Env: slices.Clone(env), User: user, Workdir: workdir})
+			e.mu.Unlock()
+			if e.InitAgentFn != nil {
+				return e.InitAgentFn(ctx, addr, env, user, workdir)
+			}
+			return nil
+		},
+		DropAgentConns: func(addr string) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.drops = append(e.drops, addr)
+		},
 	}
 }
 
-// Empty reports what is left in the fakes, or "" when nothing is.
+// InitCalls returns the InitAgent calls so far, in order.
+func (e *Env) InitCalls() []InitCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.inits)
+}
+
+// DroppedConns returns the addresses given to DropAgentConns so far, in
+// order.
+func (e *Env) DroppedConns() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.drops)
+}
+
+// Empty reports what is left in the fakes (and in StateDir's checkpoints),
+// or "" when nothing is. Saved disks are not counted: snapshots outlive
+// their sandboxes.
 func (e *Env) Empty() string {
 	var left []string
 	if ids := e.Runtime.IDs(); len(ids) > 0 {
@@ -459,6 +718,16 @@ func (e *Env) Empty() string {
 	}
 	if ids := e.Store.IDs(); len(ids) > 0 {
 		left = append(left, fmt.Sprintf("records %v", ids))
+	}
+	if e.StateDir != "" {
+		ents, _ := os.ReadDir(filepath.Join(e.StateDir, "checkpoints"))
+		var names []string
+		for _, d := range ents {
+			names = append(names, d.Name())
+		}
+		if len(names) > 0 {
+			left = append(left, fmt.Sprintf("checkpoints %v", names))
+		}
 	}
 	if len(left) == 0 {
 		return ""

@@ -2,14 +2,11 @@ package overlay
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 
-	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/identifiers"
@@ -32,15 +29,12 @@ func (s *Store) Commit(ctx context.Context, active string, fill func(parent stri
 	if err := identifiers.Validate("layer key", active); err != nil {
 		return "", false, err
 	}
-	var m activeMeta
-	if err := readJSON(s.path("active", active, "meta.json"), &m); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", false, fmt.Errorf("writable layer %q: %w", active, errdefs.ErrNotFound)
-		}
-		return "", false, fmt.Errorf("commit %s: %w", active, err)
+	m, err := s.activeMeta(active)
+	if err != nil {
+		return "", false, err
 	}
 	disk := mount.Mount{
-		Type: "ext4", Source: s.path("active", active, "disk.img"),
+		Type: "ext4", Source: s.mountSource(s.diskImage(active, m)),
 		Options: []string{"loop", "ro", "nosuid", "nodev", "noexec"},
 	}
 	upper, err := openPrivateMount(disk, s.path("active", active, "disk"), "upper")

@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -22,6 +24,14 @@ type Config struct {
 	// PoolSize is how many pre-formatted default-size disks are kept ready.
 	// 0 means the default (4); a negative value disables the pool.
 	PoolSize int `toml:"pool_size"`
+	// DiskVolume says where disk images live. "auto" (the default, also
+	// when empty) keeps them under Root when its file system can reflink
+	// and otherwise, when mkfs.xfs is installed and the daemon is root,
+	// on a sparse XFS image <Root>/disks.img loop-mounted (in the host's
+	// mount namespace) on <Root>/disks, so that snapshots and forks are
+	// constant-time reflinks. "off" keeps them under Root. An absolute
+	// path is the image file of that volume, used always.
+	DiskVolume string `toml:"disk_volume"`
 }
 
 // Defaults.
@@ -33,9 +43,15 @@ const (
 	maxLowerDirOptionLength = 3500 // mount data is one page (4096) with upper/work dirs
 )
 
+// The named values of Config.DiskVolume.
+const (
+	DiskVolumeAuto = "auto"
+	DiskVolumeOff  = "off"
+)
+
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Root: DefaultRoot, DefaultDiskBytes: DefaultDiskBytes, PoolSize: DefaultPoolSize}
+	return Config{Root: DefaultRoot, DefaultDiskBytes: DefaultDiskBytes, PoolSize: DefaultPoolSize, DiskVolume: DiskVolumeAuto}
 }
 
 // Validate checks c.
@@ -45,6 +61,16 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultDiskBytes != 0 && c.DefaultDiskBytes < MinDiskBytes {
 		return fmt.Errorf("default_disk_bytes %d is below the minimum %d: %w", c.DefaultDiskBytes, MinDiskBytes, errdefs.ErrInvalidArgument)
+	}
+	return validateDiskVolume(c.DiskVolume)
+}
+
+func validateDiskVolume(v string) error {
+	switch {
+	case v == "", v == DiskVolumeAuto, v == DiskVolumeOff:
+		return nil
+	case !filepath.IsAbs(v) || filepath.Clean(v) != v:
+		return fmt.Errorf("disk_volume %q must be %q, %q or an absolute, clean path: %w", v, DiskVolumeAuto, DiskVolumeOff, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -61,6 +87,9 @@ func (c Config) Opts() []Opt {
 	case c.PoolSize > 0:
 		opts = append(opts, WithPoolSize(c.PoolSize))
 	}
+	if c.DiskVolume != "" {
+		opts = append(opts, WithDiskVolume(c.DiskVolume))
+	}
 	return opts
 }
 
@@ -71,6 +100,9 @@ type options struct {
 	defaultDiskBytes int64
 	poolSize         int
 	mkfs             string
+	diskVolume       string
+	mkfsXFS          string
+	logger           *slog.Logger
 }
 
 // WithDefaultDiskBytes sets the size of default writable layers and pooled
@@ -84,3 +116,16 @@ func WithPoolSize(n int) Opt { return func(o *options) { o.poolSize = max(n, 0) 
 // WithMkfs sets the path of mkfs.ext4 (default: looked up on PATH, then in
 // /usr/sbin and /sbin).
 func WithMkfs(path string) Opt { return func(o *options) { o.mkfs = path } }
+
+// WithDiskVolume sets where disk images live: DiskVolumeAuto (the
+// default), DiskVolumeOff, or the absolute path of a volume image file (see
+// Config.DiskVolume).
+func WithDiskVolume(v string) Opt { return func(o *options) { o.diskVolume = v } }
+
+// WithMkfsXFS sets the path of mkfs.xfs, which makes the disk volume
+// (default: looked up on PATH, then in /usr/sbin and /sbin).
+func WithMkfsXFS(path string) Opt { return func(o *options) { o.mkfsXFS = path } }
+
+// WithLogger sets the logger of the store's own work (New, Close and the
+// pool filler); methods log to the logger of their ctx.
+func WithLogger(l *slog.Logger) Opt { return func(o *options) { o.logger = l } }

@@ -2,9 +2,24 @@
 // read-only directory trees; a sandbox's writable layer lives on its own
 // sparse ext4 image file, so the sandbox's disk limit is hard (writes past it
 // fail with ENOSPC and the host disk is untouched beyond it) without project
-// quotas. The store returns mounts and never mounts anything itself: the
-// runtime attaches the image (loop) and mounts the overlay in its own mount
-// namespace.
+// quotas. The store returns mounts and never mounts anything itself for a
+// caller: the runtime attaches the image (loop) and mounts the overlay in
+// its own mount namespace.
+//
+// Disks are copied (fork: Prepare with FromActive; snapshot: SaveDisk, then
+// Prepare with FromDisk) by reflink (FICLONE), in constant time whatever the
+// box wrote, where the file system of the disk images supports it (XFS with
+// reflink, btrfs), and by a sparse copy (O(data)) elsewhere. New checks
+// which once. When the root's file system cannot reflink (ext4), the store
+// keeps every disk image on the disk volume: a sparse file the size of the
+// host file system, formatted XFS with reflink, loop-mounted with discard
+// on <root>/disks in the host's mount namespace (the one mount the store
+// makes itself; see Config.DiskVolume). New mounts it or reuses the one
+// mounted already; Close unmounts it only when no writable layer is left,
+// so a restarted daemon finds its running boxes' disks where they were.
+// Mount sources of disks on the volume are /proc/<pid>/fd/<n>/... paths
+// through an open descriptor of the volume, valid in every mount namespace
+// of the process.
 //
 // Layout under the root:
 //
@@ -12,10 +27,22 @@
 //	layers/<key>/meta.json  {parent, created, size}
 //	active/<key>/meta.json  written first: a restarted daemon finds orphans
 //	active/<key>/disk.img   sparse ext4 image holding upper/ and work/
+//	                        (without a disk volume)
 //	active/<key>/disk/      its mount point
-//	pool/<n>.img            pre-formatted default-size disks
+//	pool/<n>/               pre-formatted default-size disk (disk.img, disk/)
+//	templates/              formatted empty disks, one per size, cloned
+//	saved/<name>/           a saved disk: disk.img and meta.json {parent, size}
 //	l/<id>                  short symlinks to layers/<key>/fs for long chains
 //	tmp/                    scratch; emptied by New
+//	disks.img               the disk volume's image (when there is one)
+//	disks/                  its mount point, holding instead of the above:
+//	  active/<key>.img      a writable layer's disk
+//	  pool/<n>.img          pre-formatted default-size disks
+//	  templates/, saved/    as above
+//	  tmp/                  scratch for copies; emptied by New
+//
+// Every copy is made in a tmp/ directory and renamed into place, so a crash
+// leaves scratch that New removes and never a half-made disk.
 package overlay
 
 import (
@@ -31,27 +58,41 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-var _ sandbox.LayerStore = (*Store)(nil)
+var (
+	_ sandbox.LayerStore   = (*Store)(nil)
+	_ sandbox.LayerMounter = (*Store)(nil)
+	_ sandbox.DiskSaver    = (*Store)(nil)
+)
 
 // Store is the overlayfs layer store. It is safe for concurrent use.
 type Store struct {
 	root string
 	opts options
 
+	// disks is the directory that holds disk images (active, pool,
+	// templates, saved, tmp): root, or the disk volume's mount point.
+	disks string
+	// vol is the disk volume, nil when disks is root.
+	vol *volume
+	// reflink is whether files under disks can be reflinked.
+	reflink bool
+
 	// mu serialises the checks and renames that keep parents and users
-	// consistent (CreateLayer, RemoveLayer, the start of Prepare) and the
-	// pool.
+	// consistent (CreateLayer, RemoveLayer, SaveDisk, the start of
+	// Prepare) and the pool.
 	mu sync.Mutex
 	// pool are pooled disk images ready to take, guarded by mu.
 	pool []string
@@ -62,9 +103,10 @@ type Store struct {
 	// bg runs deletions of removed writable layers; Close waits for it.
 	bg sync.WaitGroup
 
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // Layer describes a committed layer.
@@ -84,17 +126,25 @@ type activeMeta struct {
 	Parent    string    `json:"parent,omitempty"`
 	DiskBytes int64     `json:"disk_bytes"`
 	Created   time.Time `json:"created"`
+	// Volume is true when the disk image is on the disk volume
+	// (disks/active/<key>.img) rather than beside meta.json.
+	Volume bool `json:"volume,omitempty"`
 }
 
-// New opens (creating it if needed) the store at root, removes scratch left
-// by a crash and starts the pool filler. Close stops it.
-func New(root string, opts ...Opt) (*Store, error) {
+// New opens (creating it if needed) the store at root, mounts the disk
+// volume (see Config.DiskVolume) or reuses the one mounted already,
+// removes scratch left by a crash and starts the pool filler. Close stops
+// it.
+func New(root string, opts ...Opt) (_ *Store, retErr error) {
 	o := options{defaultDiskBytes: DefaultDiskBytes, poolSize: DefaultPoolSize}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := (Config{Root: root, DefaultDiskBytes: o.defaultDiskBytes}).Validate(); err != nil {
+	if err := (Config{Root: root, DefaultDiskBytes: o.defaultDiskBytes, DiskVolume: o.diskVolume}).Validate(); err != nil {
 		return nil, err
+	}
+	if o.diskVolume == "" {
+		o.diskVolume = DiskVolumeAuto
 	}
 	o.defaultDiskBytes = (o.defaultDiskBytes + 4095) &^ 4095
 	root, err := filepath.Abs(root)
@@ -104,8 +154,12 @@ func New(root string, opts ...Opt) (*Store, error) {
 	if o.mkfs == "" {
 		o.mkfs = findMkfs()
 	}
-	s := &Store{root: root, opts: o, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	for _, d := range []string{"layers", "active", "pool", "l", "tmp", "empty"} {
+	if o.mkfsXFS == "" {
+		o.mkfsXFS = findMkfsXFS()
+	}
+	ctx := storeContext(o)
+	s := &Store{root: root, disks: root, opts: o, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	for _, d := range []string{"layers", "active", "pool", "saved", "l", "tmp", "empty"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
 			return nil, fmt.Errorf("make overlay dirs: %w", err)
 		}
@@ -116,12 +170,33 @@ func New(root string, opts ...Opt) (*Store, error) {
 			return nil, fmt.Errorf("chmod overlay dirs: %w", err)
 		}
 	}
-	if err := os.RemoveAll(s.path("tmp")); err != nil {
+	if err := emptyDir(s.path("tmp")); err != nil {
 		return nil, fmt.Errorf("clean overlay scratch: %w", err)
 	}
-	if err := os.Mkdir(s.path("tmp"), 0o700); err != nil {
-		return nil, fmt.Errorf("clean overlay scratch: %w", err)
+	if err := s.openVolume(ctx); err != nil {
+		return nil, err
 	}
+	defer func() {
+		if retErr != nil && s.vol != nil {
+			_ = s.vol.close(ctx, s.idle())
+		}
+	}()
+	if s.vol != nil {
+		for _, d := range []string{"active", "pool", "templates", "saved", "tmp"} {
+			if err := os.MkdirAll(filepath.Join(s.disks, d), 0o700); err != nil {
+				return nil, fmt.Errorf("make disk volume dirs: %w", err)
+			}
+		}
+		if err := emptyDir(filepath.Join(s.disks, "tmp")); err != nil {
+			return nil, fmt.Errorf("clean disk volume scratch: %w", err)
+		}
+		s.removeOrphanDisks(ctx)
+		// Templates and pooled disks of the root are caches made before
+		// the volume was: they cannot be reflinked from here.
+		_ = os.RemoveAll(s.path("templates"))
+	}
+	s.reflink = canReflink(filepath.Join(s.disks, "tmp"))
+	log.G(ctx).Info("overlay disk store", "dir", s.disks, "reflink", s.reflink, "volume", s.vol != nil)
 	if err := s.loadPool(); err != nil {
 		return nil, err
 	}
@@ -134,17 +209,105 @@ func New(root string, opts ...Opt) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the pool filler and waits for it. Pooled disks stay for the
-// next New.
-func (s *Store) Close() error {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
+// openVolume sets s.disks and s.vol as Config.DiskVolume says.
+func (s *Store) openVolume(ctx context.Context) error {
+	mode := s.opts.diskVolume
+	image := mode
+	switch mode {
+	case DiskVolumeOff:
+		return nil
+	case DiskVolumeAuto:
+		image = s.path("disks.img")
+		if canReflink(s.path("tmp")) {
+			return nil
+		}
+		if unix.Geteuid() != 0 {
+			log.G(ctx).Info("no disk volume: not root; disk copies are not reflinks", "dir", s.root)
+			return nil
+		}
+		if s.opts.mkfsXFS == "" {
+			if _, err := os.Lstat(image); err != nil {
+				log.G(ctx).Info("no disk volume: mkfs.xfs not found (install xfsprogs); disk copies are not reflinks", "dir", s.root)
+				return nil
+			}
+		}
 	}
-	<-s.done
-	s.bg.Wait()
+	v, err := openVolume(ctx, s.path("disks"), image, s.opts.mkfsXFS)
+	if err != nil {
+		if mode == DiskVolumeAuto {
+			log.G(ctx).Warn("no disk volume; disk copies are not reflinks", "error", err)
+			return nil
+		}
+		return err
+	}
+	s.vol, s.disks = v, v.dir
 	return nil
+}
+
+// removeOrphanDisks removes disk images on the volume whose writable layer
+// is gone.
+func (s *Store) removeOrphanDisks(ctx context.Context) {
+	ents, err := os.ReadDir(filepath.Join(s.disks, "active"))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		key, ok := strings.CutSuffix(e.Name(), ".img")
+		if ok {
+			if _, err := os.Lstat(s.path("active", key)); err == nil {
+				continue
+			}
+		}
+		log.G(ctx).Info("removing orphan disk", "disk", e.Name())
+		_ = os.RemoveAll(filepath.Join(s.disks, "active", e.Name()))
+	}
+}
+
+// ctx is the context of the store's own work (New, Close, the pool
+// filler): it carries the logger of WithLogger.
+func (s *Store) ctx() context.Context { return storeContext(s.opts) }
+
+func storeContext(o options) context.Context {
+	if o.logger != nil {
+		return log.WithLogger(context.Background(), o.logger)
+	}
+	return context.Background()
+}
+
+// idle reports whether no writable layer exists.
+func (s *Store) idle() bool {
+	active, err := s.Active(s.ctx())
+	return err == nil && len(active) == 0
+}
+
+// emptyDir removes everything in dir.
+func emptyDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.Mkdir(dir, 0o700)
+}
+
+// Close stops the pool filler and waits for it and for deletions in
+// progress. Pooled disks stay for the next New. It unmounts the disk
+// volume when no writable layer is left (a daemon stopped while boxes
+// still run from it leaves it for the next New).
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.bg.Wait()
+		if s.vol != nil {
+			ctx := s.ctx()
+			idle := s.idle()
+			if !idle {
+				log.G(ctx).Info("disk volume left mounted: writable layers exist", "dir", s.vol.dir)
+			}
+			err = s.vol.close(ctx, idle)
+		}
+	})
+	return err
 }
 
 // Root is the store's root directory.
@@ -330,8 +493,8 @@ func (s *Store) chainKeys(key string) ([]string, error) {
 }
 
 // RemoveLayer deletes the committed layer key. It refuses with
-// ErrFailedPrecondition, naming the user, while a writable layer or another
-// layer has key as parent. A missing layer is success.
+// ErrFailedPrecondition, naming the user, while a writable layer, a saved
+// disk or another layer has key as parent. A missing layer is success.
 func (s *Store) RemoveLayer(ctx context.Context, key string) error {
 	if err := identifiers.Validate("layer key", key); err != nil {
 		return err
@@ -364,6 +527,16 @@ func (s *Store) RemoveLayer(ctx context.Context, key string) error {
 			return fmt.Errorf("layer %s is in use by %s: %w", key, a, errdefs.ErrFailedPrecondition)
 		}
 	}
+	disks, err := s.Disks(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range disks {
+		keys, _ := s.chainKeys(d.Parent)
+		if slices.Contains(keys, key) {
+			return fmt.Errorf("layer %s is in use by saved disk %s: %w", key, d.Name, errdefs.ErrFailedPrecondition)
+		}
+	}
 	if err := s.trash(s.path("layers", key), false); err != nil {
 		return fmt.Errorf("remove layer %s: %w", key, err)
 	}
@@ -372,10 +545,14 @@ func (s *Store) RemoveLayer(ctx context.Context, key string) error {
 	return nil
 }
 
-// trash renames dir into tmp (so it disappears atomically) and deletes it,
-// in the background when async (New finishes what a crash interrupted).
+// trash renames dir (or a file) into the tmp directory of its file system
+// (so it disappears atomically) and deletes it, in the background when
+// async (New finishes what a crash interrupted).
 func (s *Store) trash(dir string, async bool) error {
 	t := s.path("tmp", "trash-"+randomHex())
+	if s.vol != nil && strings.HasPrefix(dir, s.disks+"/") {
+		t = filepath.Join(s.disks, "tmp", "trash-"+randomHex())
+	}
 	if err := os.Rename(dir, t); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

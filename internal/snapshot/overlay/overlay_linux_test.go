@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,15 +18,29 @@ import (
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
-// loopsBacking returns the loop devices whose backing file is under dir.
+// loopsBacking returns the loop devices whose backing file is under dir,
+// but for the disk volume's own (dir/disks.img).
 func loopsBacking(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range allLoopsBacking(t, dir) {
+		if !strings.HasSuffix(f, " -> "+filepath.Join(dir, "disks.img")) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// allLoopsBacking returns the loop devices whose backing file is under
+// dir, as "<sysfs file> -> <backing file>".
+func allLoopsBacking(t testing.TB, dir string) []string {
 	t.Helper()
 	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	var out []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), dir) {
-			out = append(out, f)
+		if back := strings.TrimSpace(string(b)); err == nil && strings.HasPrefix(back, dir+"/") {
+			out = append(out, f+" -> "+back)
 		}
 	}
 	return out
@@ -219,40 +234,47 @@ func waitPool(t testing.TB, s *Store) {
 	}
 }
 
+// BenchmarkPrepareMountRemove measures Prepare, mounting the root file
+// system, unmounting it and Remove, with the disk pool (Prepare takes a
+// ready disk) and without (Prepare clones the template: a reflink on the
+// disk volume, a sparse copy without it).
 func BenchmarkPrepareMountRemove(b *testing.B) {
 	testutil.RequiresRoot(b)
-	ctx := testutil.Context(b)
-	s, err := New(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	if err := s.CreateLayer(ctx, "base", "", writeFile("a", "x")); err != nil {
-		b.Fatal(err)
-	}
-	root := filepath.Join(b.TempDir(), "rootfs")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		b.StopTimer()
-		waitPool(b, s)
-		b.StartTimer()
-		ms, err := s.Prepare(ctx, "bench", "base", sandbox.PrepareOpts{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := mount.All(ms, root); err != nil {
-			b.Fatal(err)
-		}
-		if err := mount.Unmount(root); err != nil {
-			b.Fatal(err)
-		}
-		if err := mount.Unmount(ms[0].Target); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Remove(ctx, "bench"); err != nil {
-			b.Fatal(err)
+	for _, volume := range []string{DiskVolumeAuto, DiskVolumeOff} {
+		for _, pool := range []int{DefaultPoolSize, 0} {
+			b.Run(fmt.Sprintf("volume=%s/pool=%d", volume, pool), func(b *testing.B) {
+				ctx := testutil.Context(b)
+				s := newMountedStore(b, volume, WithDefaultDiskBytes(DefaultDiskBytes), WithPoolSize(pool))
+				if err := s.CreateLayer(ctx, "base", "", writeFile("a", "x")); err != nil {
+					b.Fatal(err)
+				}
+				root := filepath.Join(b.TempDir(), "rootfs")
+				if err := os.Mkdir(root, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					b.StopTimer()
+					waitPool(b, s)
+					s.bg.Wait()
+					b.StartTimer()
+					ms, err := s.Prepare(ctx, "bench", "base", sandbox.PrepareOpts{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := mount.All(ms, root); err != nil {
+						b.Fatal(err)
+					}
+					if err := mount.Unmount(root); err != nil {
+						b.Fatal(err)
+					}
+					if err := mount.Unmount(ms[0].Target); err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Remove(ctx, "bench"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }

@@ -13,19 +13,21 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
-// newTestStore returns a store whose "mkfs" is true(1): Prepare works
-// without touching a real file system.
+// newTestStore returns a store whose "mkfs" is true(1) and that has no
+// disk volume: Prepare works without touching a real file system or
+// mounting anything, as any user.
 func newTestStore(t *testing.T, opts ...Opt) *Store {
 	t.Helper()
 	fake, err := exec.LookPath("true")
 	if err != nil {
 		t.Fatalf("LookPath(true): %v", err)
 	}
-	s, err := New(t.TempDir(), append([]Opt{WithPoolSize(0), WithMkfs(fake)}, opts...)...)
+	s, err := New(t.TempDir(), append([]Opt{WithPoolSize(0), WithMkfs(fake), WithDiskVolume(DiskVolumeOff), WithLogger(log.G(testutil.Context(t)))}, opts...)...)
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -162,7 +164,7 @@ func TestPrepare(t *testing.T) {
 	}
 
 	// A restarted store lists both and removes them.
-	s2, err := New(s.root, WithPoolSize(0))
+	s2, err := New(s.root, WithPoolSize(0), WithDiskVolume(DiskVolumeOff))
 	if err != nil {
 		t.Fatal(err)
 	}

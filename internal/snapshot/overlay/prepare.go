@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -25,15 +24,20 @@ import (
 
 // Prepare makes the writable layer key on the committed layer parent (""
 // for an empty root) with a disk of opts.DiskBytes (0: the default size,
-// taken from the pool when one is ready). It returns two mounts for the
-// caller to perform in order: the ext4 disk image (loop) on
+// taken from the pool when one is ready), or with a copy of a disk
+// (opts.FromDisk, opts.FromActive; see prepareFrom). It returns two mounts
+// for the caller to perform in order: the ext4 disk image (loop) on
 // <root>/active/<key>/disk, then the overlay with an empty Target (the
 // root file system). Errors: ErrAlreadyExists for an existing key,
-// ErrNotFound for a missing parent, ErrInvalidArgument for a bad key, size
-// or an overlong chain, ErrUnavailable when mkfs.ext4 is missing.
+// ErrNotFound for a missing parent or source, ErrInvalidArgument for a bad
+// key, size, source or an overlong chain, ErrUnavailable when mkfs.ext4 is
+// missing.
 func (s *Store) Prepare(ctx context.Context, key, parent string, opts sandbox.PrepareOpts) ([]mount.Mount, error) {
 	if err := identifiers.Validate("layer key", key); err != nil {
 		return nil, err
+	}
+	if opts.FromDisk != "" || opts.FromActive != "" {
+		return s.prepareFrom(ctx, key, parent, opts)
 	}
 	size := opts.DiskBytes
 	if size == 0 {
@@ -43,28 +47,24 @@ func (s *Store) Prepare(ctx context.Context, key, parent string, opts sandbox.Pr
 		return nil, fmt.Errorf("disk size %d is below the minimum %d: %w", size, MinDiskBytes, errdefs.ErrInvalidArgument)
 	}
 	size = (size + 4095) &^ 4095
-	dir := s.path("active", key)
-	meta := activeMeta{Key: key, Parent: parent, DiskBytes: size, Created: time.Now().UTC()}
+	meta := activeMeta{Key: key, Parent: parent, DiskBytes: size, Created: time.Now().UTC(), Volume: s.vol != nil}
 
 	s.mu.Lock()
-	pooled, err := s.claim(key, parent, meta)
+	pooled, err := s.claim(key, parent, meta, true)
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if pooled {
 		s.kickPool()
-		return s.mounts(key, parent)
+		return s.mounts(key, meta)
 	}
-	cu := cleanup.Make(func() { _ = os.RemoveAll(dir) })
+	cu := cleanup.Make(func() { s.removeClaimed(key, meta) })
 	defer cu.Clean()
-	if err := os.Mkdir(filepath.Join(dir, "disk"), 0o755); err != nil {
+	if err := s.format(ctx, s.diskImage(key, meta), size, false); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", key, err)
 	}
-	if err := s.format(ctx, filepath.Join(dir, "disk.img"), size, false); err != nil {
-		return nil, fmt.Errorf("prepare %s: %w", key, err)
-	}
-	ms, err := s.mounts(key, parent)
+	ms, err := s.mounts(key, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +72,75 @@ func (s *Store) Prepare(ctx context.Context, key, parent string, opts sandbox.Pr
 	return ms, nil
 }
 
-// claim makes active/<key> holding meta.json, from a pooled disk when one of
-// the right size is ready (then it is complete and claim reports true).
-// Called with mu held, which every creator of active dirs holds, so the
-// existence check stands.
-func (s *Store) claim(key, parent string, meta activeMeta) (bool, error) {
+// prepareFrom makes the writable layer key with a copy (a reflink where the
+// disk file system allows it) of the saved disk opts.FromDisk or of writable
+// layer opts.FromActive's disk, whose sandbox must be frozen and synced.
+// The copy keeps the source's size (opts.DiskBytes must be 0 or equal) and
+// sits on the source's parent, which parent must name.
+func (s *Store) prepareFrom(ctx context.Context, key, parent string, opts sandbox.PrepareOpts) ([]mount.Mount, error) {
+	start := time.Now()
+	var (
+		src, what, srcParent string
+		size                 int64
+	)
+	switch {
+	case opts.FromDisk != "" && opts.FromActive != "":
+		return nil, fmt.Errorf("prepare %s: from a saved disk and from a writable layer at once: %w", key, errdefs.ErrInvalidArgument)
+	case opts.FromActive != "":
+		m, err := s.activeMeta(opts.FromActive)
+		if err != nil {
+			return nil, err
+		}
+		src, what, srcParent, size = s.diskImage(opts.FromActive, m), "writable layer "+opts.FromActive, m.Parent, m.DiskBytes
+	default:
+		d, dir, err := s.savedDisk(opts.FromDisk)
+		if err != nil {
+			return nil, err
+		}
+		src, what, srcParent, size = filepath.Join(dir, "disk.img"), "saved disk "+opts.FromDisk, d.Parent, d.DiskBytes
+	}
+	if parent != srcParent {
+		return nil, fmt.Errorf("prepare %s: parent %q differs from %s's parent %q: %w", key, parent, what, srcParent, errdefs.ErrInvalidArgument)
+	}
+	if opts.DiskBytes != 0 && (opts.DiskBytes+4095)&^4095 != size {
+		return nil, fmt.Errorf("prepare %s: disk size %d differs from %s's size %d: %w", key, opts.DiskBytes, what, size, errdefs.ErrInvalidArgument)
+	}
+	meta := activeMeta{Key: key, Parent: parent, DiskBytes: size, Created: time.Now().UTC(), Volume: s.vol != nil}
+	s.mu.Lock()
+	_, err := s.claim(key, parent, meta, false)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	cu := cleanup.Make(func() { s.removeClaimed(key, meta) })
+	defer cu.Clean()
+	tmp := s.scratchFile()
+	reflinked, err := s.clone(src, tmp)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("prepare %s: %s has no disk: %w", key, what, errdefs.ErrNotFound)
+		}
+		return nil, fmt.Errorf("prepare %s: copy %s: %w", key, what, err)
+	}
+	if err := os.Rename(tmp, s.diskImage(key, meta)); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("prepare %s: %w", key, err)
+	}
+	ms, err := s.mounts(key, meta)
+	if err != nil {
+		return nil, err
+	}
+	cu.Release()
+	log.G(ctx).Debug("writable layer copied", "layer", key, "from", what, "reflinked", reflinked, "took", time.Since(start))
+	return ms, nil
+}
+
+// claim makes active/<key> holding meta.json and the mount point disk/.
+// With pool, a pooled disk of the right size, when one is ready, becomes
+// its disk (then it is complete and claim reports true). Called with mu
+// held, which every creator of active dirs holds, so the existence check
+// stands.
+func (s *Store) claim(key, parent string, meta activeMeta, pool bool) (bool, error) {
 	if _, err := s.lowerDirs(parent); err != nil {
 		return false, err
 	}
@@ -84,10 +148,13 @@ func (s *Store) claim(key, parent string, meta activeMeta) (bool, error) {
 	if _, err := os.Lstat(dir); err == nil {
 		return false, fmt.Errorf("writable layer %q: %w", key, errdefs.ErrAlreadyExists)
 	}
-	pooled := false
-	if meta.DiskBytes == s.opts.defaultDiskBytes && len(s.pool) > 0 {
-		p := s.pool[len(s.pool)-1]
+	var p string
+	if pool && meta.DiskBytes == s.opts.defaultDiskBytes && len(s.pool) > 0 {
+		p = s.pool[len(s.pool)-1]
 		s.pool = s.pool[:len(s.pool)-1]
+	}
+	pooled := false
+	if p != "" && !meta.Volume { // pool/<id>/ holds disk.img and disk/
 		if err := os.Rename(p, dir); err == nil {
 			pooled = true
 		} else {
@@ -106,21 +173,95 @@ func (s *Store) claim(key, parent string, meta activeMeta) (bool, error) {
 		_ = os.RemoveAll(dir)
 		return false, fmt.Errorf("prepare %s: %w", key, err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "disk"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		_ = os.RemoveAll(dir)
+		return false, fmt.Errorf("prepare %s: %w", key, err)
+	}
+	if p != "" && meta.Volume { // disks/pool/<id>.img, after the record
+		if err := os.Rename(p, s.diskImage(key, meta)); err == nil {
+			pooled = true
+		} else {
+			_ = os.Remove(p)
+		}
+	}
 	return pooled, nil
 }
 
-// mounts returns the mounts of the writable layer key on parent.
-func (s *Store) mounts(key, parent string) ([]mount.Mount, error) {
-	lower, err := s.lowerDirs(parent)
+// removeClaimed undoes a claim whose disk could not be made.
+func (s *Store) removeClaimed(key string, meta activeMeta) {
+	if meta.Volume {
+		_ = os.Remove(s.diskImage(key, meta))
+	}
+	_ = os.RemoveAll(s.path("active", key))
+}
+
+// diskImage is the disk image of writable layer key.
+func (s *Store) diskImage(key string, m activeMeta) string {
+	if m.Volume {
+		return s.path("disks", "active", key+".img")
+	}
+	return s.path("active", key, "disk.img")
+}
+
+// scratchFile returns a new name in the disks' tmp directory (emptied by
+// New), on the file system of the disk images.
+func (s *Store) scratchFile() string {
+	return filepath.Join(s.disks, "tmp", "disk-"+randomHex()+".img")
+}
+
+// mountSource is the mount source of the disk image img: on the volume, a
+// path through the volume's open descriptor (see volume.fd).
+func (s *Store) mountSource(img string) string {
+	if s.vol != nil {
+		return s.vol.path(img)
+	}
+	return img
+}
+
+// activeMeta reads the record of writable layer key; ErrNotFound when there
+// is none.
+func (s *Store) activeMeta(key string) (activeMeta, error) {
+	var m activeMeta
+	if err := identifiers.Validate("layer key", key); err != nil {
+		return m, err
+	}
+	if err := readJSON(s.path("active", key, "meta.json"), &m); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return m, fmt.Errorf("writable layer %q: %w", key, errdefs.ErrNotFound)
+		}
+		return m, fmt.Errorf("writable layer %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// Mounts returns the mounts of the existing writable layer key, as Prepare
+// returned them (to mount it again after its sandbox was deleted from the
+// runtime, for example on resume). ErrNotFound when there is no such layer
+// or it has no disk.
+func (s *Store) Mounts(ctx context.Context, key string) ([]mount.Mount, error) {
+	m, err := s.activeMeta(key)
 	if err != nil {
 		return nil, err
 	}
-	dir := s.path("active", key)
-	img := filepath.Join(dir, "disk.img")
-	disk := filepath.Join(dir, "disk")
+	if _, err := os.Lstat(s.diskImage(key, m)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("writable layer %q has no disk: %w", key, errdefs.ErrNotFound)
+		}
+		return nil, fmt.Errorf("writable layer %s: %w", key, err)
+	}
+	return s.mounts(key, m)
+}
+
+// mounts returns the mounts of the writable layer key described by m.
+func (s *Store) mounts(key string, m activeMeta) ([]mount.Mount, error) {
+	lower, err := s.lowerDirs(m.Parent)
+	if err != nil {
+		return nil, err
+	}
+	disk := s.path("active", key, "disk")
 	return []mount.Mount{
 		{
-			Type: "ext4", Source: img, Target: disk,
+			Type: "ext4", Source: s.mountSource(s.diskImage(key, m)), Target: disk,
 			// noinit_itable: the image is sparse, its inode tables read as
 			// zeros; the lazy-init thread would only fill the host disk.
 			Options: []string{"loop", "nosuid", "nodev", "noinit_itable"},
@@ -196,6 +337,14 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 	if err := unix.Lstat(filepath.Join(dir, "disk"), &dst); err == nil && dst.Dev != st.Dev {
 		return fmt.Errorf("remove %s: its disk is still mounted: %w", key, errdefs.ErrFailedPrecondition)
 	}
+	// A disk on the volume goes first: the record, last, is what a retry
+	// after a crash finds.
+	var m activeMeta
+	if err := readJSON(filepath.Join(dir, "meta.json"), &m); err == nil && m.Volume {
+		if err := s.trash(s.diskImage(key, m), true); err != nil {
+			return fmt.Errorf("remove %s: %w", key, err)
+		}
+	}
 	// Unlinking a large sparse image can take milliseconds on a busy
 	// host: it happens off the teardown path.
 	if err := s.trash(dir, true); err != nil {
@@ -208,18 +357,17 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 // format makes img a sparse ext4 image of size bytes holding empty upper/
 // and work/ directories. The file system is made once per size, as a
 // template (mkfs.ext4 costs ~10 ms of CPU, an exec and a dozen libraries),
-// and every disk is a sparse copy of it: only the ~250 KiB of metadata the
-// template holds is copied, in about a millisecond and without an exec.
-// Copies share the template's UUID, which nothing relies on for loop
-// mounts.
+// and every disk is a clone of it: a reflink where the disk file system
+// allows it, else a sparse copy of the ~250 KiB of metadata the template
+// holds, in about a millisecond and without an exec. Copies share the
+// template's UUID, which nothing relies on for loop mounts.
 func (s *Store) format(ctx context.Context, img string, size int64, background bool) error {
 	tpl, err := s.template(ctx, size, background)
 	if err != nil {
 		return err
 	}
-	tmp := img + ".tmp"
-	if err := sparseCopy(tpl, tmp); err != nil {
-		_ = os.Remove(tmp)
+	tmp := s.scratchFile()
+	if _, err := s.clone(tpl, tmp); err != nil {
 		return fmt.Errorf("disk image: %w", err)
 	}
 	if err := os.Rename(tmp, img); err != nil {
@@ -234,7 +382,7 @@ func (s *Store) format(ctx context.Context, img string, size int64, background b
 func (s *Store) template(ctx context.Context, size int64, background bool) (string, error) {
 	s.tplMu.Lock()
 	defer s.tplMu.Unlock()
-	dir := s.path("templates")
+	dir := filepath.Join(s.disks, "templates")
 	tpl := filepath.Join(dir, fmt.Sprintf("ext4-%d.img", size))
 	if _, err := os.Lstat(tpl); err == nil {
 		return tpl, nil
@@ -288,55 +436,6 @@ func (s *Store) template(ctx context.Context, size int64, background bool) (stri
 	return tpl, nil
 }
 
-// sparseCopy copies src to a new file dst of the same size, copying only
-// src's data extents (SEEK_DATA/SEEK_HOLE) so holes stay holes.
-func sparseCopy(src, dst string) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	if err := out.Truncate(st.Size()); err != nil {
-		return err
-	}
-	inFD, outFD := int(in.Fd()), int(out.Fd())
-	for off := int64(0); off < st.Size(); {
-		data, err := unix.Seek(inFD, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) { // only a hole is left
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("seek data: %w", err)
-		}
-		hole, err := unix.Seek(inFD, data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole: %w", err)
-		}
-		for pos := data; pos < hole; {
-			roff, woff := pos, pos
-			n, err := unix.CopyFileRange(inFD, &roff, outFD, &woff, int(hole-pos), 0)
-			if err != nil {
-				return fmt.Errorf("copy extent: %w", err)
-			}
-			if n == 0 {
-				return fmt.Errorf("copy extent: %w", io.ErrUnexpectedEOF)
-			}
-			pos += int64(n)
-		}
-		off = hole
-	}
-	return out.Close()
-}
-
 // skel returns a directory holding empty upper/ and work/ for mkfs -d.
 func (s *Store) skel() (string, error) {
 	skel := s.path("skel")
@@ -352,7 +451,10 @@ func (s *Store) skel() (string, error) {
 }
 
 // loadPool keeps the pooled disks of the default size and removes others
-// (and unfinished ones).
+// (and unfinished ones). Without a disk volume a pooled disk is a directory
+// pool/<id>/ holding disk.img and the mount point disk/, renamed as a whole
+// to active/<key>/; on the volume it is the file disks/pool/<id>.img,
+// renamed to disks/active/<key>.img.
 func (s *Store) loadPool() error {
 	ents, err := os.ReadDir(s.path("pool"))
 	if err != nil {
@@ -361,7 +463,23 @@ func (s *Store) loadPool() error {
 	for _, e := range ents {
 		p := s.path("pool", e.Name())
 		fi, err := os.Lstat(filepath.Join(p, "disk.img"))
-		if err == nil && e.IsDir() && !strings.HasPrefix(e.Name(), "tmp-") && fi.Mode().IsRegular() && fi.Size() == s.opts.defaultDiskBytes {
+		if s.vol == nil && err == nil && e.IsDir() && !strings.HasPrefix(e.Name(), "tmp-") && fi.Mode().IsRegular() && fi.Size() == s.opts.defaultDiskBytes {
+			s.pool = append(s.pool, p)
+			continue
+		}
+		_ = os.RemoveAll(p)
+	}
+	if s.vol == nil {
+		return nil
+	}
+	dir := filepath.Join(s.disks, "pool")
+	if ents, err = os.ReadDir(dir); err != nil {
+		return fmt.Errorf("list disk pool: %w", err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		fi, err := os.Lstat(p)
+		if err == nil && strings.HasSuffix(e.Name(), ".img") && fi.Mode().IsRegular() && fi.Size() == s.opts.defaultDiskBytes {
 			s.pool = append(s.pool, p)
 			continue
 		}
@@ -370,10 +488,14 @@ func (s *Store) loadPool() error {
 	return nil
 }
 
-// makePooled formats a default-size disk in pool/tmp-<id>/ with its mount
-// point and moves it to pool/<id>/, ready to be renamed to active/<key>/.
+// makePooled formats a default-size disk and returns its pool entry (see
+// loadPool), complete: a crash leaves only scratch.
 func (s *Store) makePooled(ctx context.Context) (string, error) {
 	id := randomHex()
+	if s.vol != nil {
+		p := filepath.Join(s.disks, "pool", id+".img")
+		return p, s.format(ctx, p, s.opts.defaultDiskBytes, true)
+	}
 	tmp := s.path("pool", "tmp-"+id)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return "", err
@@ -406,7 +528,7 @@ const refillDelay = 50 * time.Millisecond
 // fillPool keeps the pool full until Close.
 func (s *Store) fillPool() {
 	defer close(s.done)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(s.ctx())
 	defer cancel()
 	go func() { <-s.stop; cancel() }()
 	failures := 0

@@ -1,0 +1,80 @@
+package agentclient
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/containerd/errdefs"
+)
+
+// Address schemes understood by Dial.
+const (
+	// SchemeUnixAbstract is "unix-abstract://<netns file>#<name>": the
+	// abstract unix socket "@<name>" of the network namespace that the file
+	// refers to (an nsfs bind mount, or /proc/<pid>/ns/net). The dialer
+	// creates its socket from an OS thread that has joined that namespace
+	// (a socket keeps the namespace it was made in), so the agent's socket
+	// is reachable only by processes allowed to setns into the box's
+	// network namespace: root on the host, never the box's own processes
+	// (they can reach the name but the agent refuses them, see
+	// internal/agent).
+	SchemeUnixAbstract = "unix-abstract://"
+	// SchemeUnix is "unix:///path/to.sock", a unix socket by path.
+	SchemeUnix = "unix://"
+)
+
+// UnixAbstractAddr returns the address of the abstract unix socket "@name"
+// in the network namespace at nsFile.
+func UnixAbstractAddr(nsFile, name string) string {
+	return SchemeUnixAbstract + nsFile + "#" + name
+}
+
+// Dial connects to the agent at addr: "unix-abstract://<netns file>#<name>",
+// "unix:///path.sock", "tcp://host:port" or "http://host:port". Other
+// schemes are errdefs.ErrNotImplemented (vsock://) or
+// errdefs.ErrInvalidArgument.
+func Dial(ctx context.Context, addr string) (net.Conn, error) {
+	network, target, err := parse(addr)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix-abstract" {
+		ns, name, _ := strings.Cut(target, "#")
+		c, err := dialAbstract(ctx, ns, name)
+		if err != nil {
+			return nil, fmt.Errorf("dial agent %s: %w", addr, err)
+		}
+		return c, nil
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, target)
+}
+
+// parse splits addr into a network for net.Dial ("unix", "tcp", or
+// "unix-abstract" with "<netns file>#<name>") and its target.
+func parse(addr string) (network, target string, err error) {
+	switch {
+	case strings.HasPrefix(addr, SchemeUnixAbstract):
+		rest := strings.TrimPrefix(addr, SchemeUnixAbstract)
+		i := strings.LastIndexByte(rest, '#')
+		if i <= 0 || i == len(rest)-1 || !strings.HasPrefix(rest, "/") {
+			return "", "", fmt.Errorf("agent address %q: want unix-abstract:///<netns file>#<name>: %w", addr, errdefs.ErrInvalidArgument)
+		}
+		return "unix-abstract", rest, nil
+	case strings.HasPrefix(addr, SchemeUnix):
+		p := strings.TrimPrefix(addr, SchemeUnix)
+		if p == "" {
+			return "", "", fmt.Errorf("agent address %q: empty socket path: %w", addr, errdefs.ErrInvalidArgument)
+		}
+		return "unix", p, nil
+	case strings.HasPrefix(addr, "tcp://"):
+		return "tcp", strings.TrimPrefix(addr, "tcp://"), nil
+	case strings.HasPrefix(addr, "http://"):
+		return "tcp", strings.TrimSuffix(strings.TrimPrefix(addr, "http://"), "/"), nil
+	case strings.HasPrefix(addr, "vsock://"):
+		return "", "", fmt.Errorf("agent address %q: vsock: %w", addr, errdefs.ErrNotImplemented)
+	}
+	return "", "", fmt.Errorf("agent address %q: want unix-abstract://, unix://, tcp:// or http://: %w", addr, errdefs.ErrInvalidArgument)
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package agentclient
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/containerd/errdefs"
+)
+
+func dialAbstract(context.Context, string, string) (net.Conn, error) {
+	return nil, fmt.Errorf("network namespaces: %w", errdefs.ErrNotImplemented)
+}

@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Print writes the report as tables (lifecycle and exec, operations,
+// throughput, density), then the ratios and the targets.
+func Print(w io.Writer, rep *Report) {
+	if !rep.Date.IsZero() {
+		fmt.Fprintf(w, "corral bench, %s\n", rep.Date.UTC().Format("2006-01-02 15:04 UTC"))
+	}
+	if rep.Machine.CPUs > 0 {
+		fmt.Fprintf(w, "machine: %s\n", rep.Machine)
+		var v []string
+		if rep.Machine.Daemon != "" {
+			v = append(v, "corral "+rep.Machine.Daemon)
+		}
+		for _, k := range slices.Sorted(maps.Keys(rep.Machine.Versions)) {
+			v = append(v, rep.Machine.Versions[k])
+		}
+		if len(v) > 0 {
+			fmt.Fprintf(w, "versions: %s\n", strings.Join(v, "; "))
+		}
+		fmt.Fprintln(w)
+	}
+	printResults(w, rep, func(g string) bool { return g != GroupFork && g != GroupSuspend }, true)
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w)
+		for _, k := range slices.Sorted(maps.Keys(rep.Ratios)) {
+			fmt.Fprintf(w, "corral lifecycle / %s run: %.2fx\n", k, rep.Ratios[k])
+		}
+	}
+	if slices.ContainsFunc(rep.Results, func(r Result) bool { return r.group() == GroupFork || r.group() == GroupSuspend }) {
+		fmt.Fprintln(w)
+		printResults(w, rep, func(g string) bool { return g == GroupFork || g == GroupSuspend }, false)
+		if s := rep.Suspend; s != nil {
+			fmt.Fprintf(w, "saved memory of a suspended idle sandbox: %s (median of %d)\n", mib(s.MemoryBytes), s.Samples)
+		}
+	}
+	if len(rep.Throughput) > 0 {
+		fmt.Fprintln(w)
+		printThroughput(w, rep)
+	}
+	if len(rep.Density) > 0 {
+		fmt.Fprintln(w)
+		printDensity(w, rep)
+	}
+	fmt.Fprintln(w)
+	printTargets(w, rep)
+	for _, m := range rep.Missing {
+		fmt.Fprintf(w, "not measured: %s\n", m)
+	}
+}
+
+// printResults prints the results of the groups in says yes to.
+func printResults(w io.Writer, rep *Report, in func(group string) bool, ratios bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if ratios {
+		fmt.Fprintln(tw, "measurement\tn\tmedian\tp90\tcorral/this\t")
+	} else {
+		fmt.Fprintln(tw, "operation\tn\tmedian\tp90\t")
+	}
+	life := rep.result(NameLifecycle)
+	var results []Result
+	for _, g := range []string{GroupLifecycle, GroupExec, GroupFork, GroupSuspend} {
+		if in(g) {
+			results = append(results, rep.groupResults(g)...)
+		}
+	}
+	for _, r := range results {
+		if r.Err != "" && r.Median == 0 {
+			fmt.Fprintf(tw, "%s\t%d\t-\t-\t\terror: %s\n", r.Name, len(r.Samples), r.Err)
+			continue
+		}
+		ratio := ""
+		if ratios && life != nil && life.Median > 0 && r.Median > 0 && r.group() == GroupLifecycle && !strings.HasPrefix(r.Name, "corral") {
+			ratio = fmt.Sprintf("%.2fx", float64(life.Median)/float64(r.Median))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t", r.Name, max(r.N, len(r.Samples)), msOrDash(r.Median), msOrDash(r.P90), ratio)
+		if r.Err != "" {
+			fmt.Fprintf(tw, "(stopped: %s)", r.Err)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+func printThroughput(w io.Writer, rep *Report) {
+	fmt.Fprintln(w, "throughput: lifecycles per second with C concurrent clients (corral/this: corral create+rm's rate over this one's)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "series\tclients\tops\tper second\tmedian op\tp90 op\tcorral/this\t")
+	for _, t := range rep.Throughput {
+		if t.Err != "" && t.Ops == 0 {
+			fmt.Fprintf(tw, "%s\t%d\t0\t-\t-\t-\t\terror: %s\n", t.Name, t.Clients, t.Err)
+			continue
+		}
+		ratio := ""
+		if c := rep.series(NameThroughput, t.Clients); c != nil && c.PerSecond > 0 && t.Name != NameThroughput && t.PerSecond > 0 {
+			ratio = fmt.Sprintf("%.2fx", c.PerSecond/t.PerSecond)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f/s\t%s\t%s\t%s\t", t.Name, t.Clients, t.Ops, t.PerSecond, msOrDash(t.Median), msOrDash(t.P90), ratio)
+		if t.Err != "" {
+			fmt.Fprintf(tw, "(stopped: %s)", t.Err)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+func printDensity(w io.Writer, rep *Report) {
+	fmt.Fprintln(w, "idle density: host memory per idle box = (MemAvailable before - with the boxes idle) / running")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "series\tboxes\trunning\tstarted in\tmemory/box\tslab/box\tRSS/box\tPSS/box\tthreads/box\texec ok\tmemory back\t")
+	for _, d := range rep.Density {
+		if d.Err != "" && d.Running == 0 {
+			fmt.Fprintf(tw, "%s\t%d\t0\t-\t-\t-\t-\t-\t-\t-\t-\terror: %s\n", d.Name, d.Boxes, d.Err)
+			continue
+		}
+		n := int64(max(d.Running, 1))
+		check := "n/a"
+		if d.ExecChecked > 0 {
+			check = fmt.Sprintf("%d/%d", d.ExecOK, d.ExecChecked)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%.0f%%\t", d.Name, d.Boxes, d.Running,
+			d.Start.Round(100*time.Millisecond), mib(d.PerBox), mib(d.Growth["Slab"]/n), mib(d.RSS/n), mib(d.PSS/n),
+			float64(d.Threads)/float64(n), check, 100*d.Returned)
+		if d.Err != "" {
+			fmt.Fprintf(tw, "(%s)", d.Err)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	for _, d := range rep.Density {
+		if d.Running == 0 {
+			continue
+		}
+		n := int64(d.Running)
+		var parts []string
+		for _, f := range MeminfoFields {
+			if f == "MemAvailable" || f == "MemFree" {
+				continue
+			}
+			if g, ok := d.Growth[f]; ok {
+				parts = append(parts, fmt.Sprintf("%s %s", f, kib(g/n)))
+			}
+		}
+		fmt.Fprintf(w, "%s, /proc/meminfo growth per box: %s\n", d.Name, strings.Join(parts, ", "))
+		if d.Processes > 0 {
+			fmt.Fprintf(w, "%s, per box process: RSS %s, PSS %s (anon %s), %.1f threads",
+				d.Name, kib(d.RSS/n), kib(d.PSS/n), kib(d.PSSAnon/n), float64(d.Threads)/float64(n))
+			if d.DaemonRSSGrowth != 0 {
+				fmt.Fprintf(w, "; daemon RSS growth %s per box", kib(d.DaemonRSSGrowth/n))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func printTargets(w io.Writer, rep *Report) {
+	if r, ok := rep.Ratios["crun"]; ok {
+		fmt.Fprintf(w, "target lifecycle <= 1.5x raw crun run: %s (%.2fx)\n", verdict(r <= 1.5), r)
+	}
+	if r := rep.result(NameExec); r != nil && r.Err == "" && r.Median > 0 {
+		fmt.Fprintf(w, "target exec round trip <= 2 ms median: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
+	}
+	if best := bestThroughput(rep); best != nil {
+		fmt.Fprintf(w, "target >= %.0f create+rm per second: %s (%.1f/s with %d clients)\n",
+			ThroughputTarget, verdict(best.PerSecond >= ThroughputTarget), best.PerSecond, best.Clients)
+	}
+	for _, d := range rep.Density {
+		if d.Name == "corral" && d.Running > 0 {
+			fmt.Fprintf(w, "target >= %d idle boxes at <= %s each: %s (%d boxes, %s each)\n", DensityTargetBoxes, mib(DensityTarget),
+				verdict(d.Running >= DensityTargetBoxes && d.PerBox <= DensityTarget), d.Running, mib(d.PerBox))
+		}
+	}
+	small, big := rep.result(ForkName(1<<20)), rep.result(ForkName(1<<30))
+	if small != nil && big != nil && small.Median > 0 && big.Median > 0 {
+		fmt.Fprintf(w, "fork after 1 GiB written / after 1 MiB written: %.2fx (%s vs %s)\n",
+			float64(big.Median)/float64(small.Median), ms(big.Median), ms(small.Median))
+	}
+}
+
+// bestThroughput is Corral's series with the highest rate, or nil.
+func bestThroughput(rep *Report) *Throughput {
+	var best *Throughput
+	for i := range rep.Throughput {
+		t := &rep.Throughput[i]
+		if t.Name == NameThroughput && t.Ops > 0 && (best == nil || t.PerSecond > best.PerSecond) {
+			best = t
+		}
+	}
+	return best
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+func ms(d time.Duration) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", float64(d)/1e6), "0"), ".") + " ms"
+}
+
+// msOrDash is ms(d), or "-" for 0.
+func msOrDash(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return ms(d)
+}
+
+// mib is n bytes in MiB with two decimals ("2.31 MiB"), or GiB from 10 GiB.
+func mib(n int64) string {
+	if n >= 10<<30 || n <= -10<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+}
+
+// kib is n bytes in KiB ("843 KiB").
+func kib(n int64) string {
+	return fmt.Sprintf("%.0f KiB", float64(n)/1024)
+}

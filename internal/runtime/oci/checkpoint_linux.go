@@ -1,0 +1,527 @@
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// Files of a checkpoint, in its image directory (CRIU's images sit
+// beside them).
+const (
+	// checkpointInfoFile records what Restore needs besides the images.
+	checkpointInfoFile = "corral-checkpoint.json"
+	// dumpConfFile is the CRIU configuration of the dump.
+	dumpConfFile = "criu-dump.conf"
+	// dumpLogFile is CRIU's log of the dump, kept for operators.
+	dumpLogFile = "dump.log"
+	// restoreLogFile is CRIU's log of a restore (in the work directory).
+	restoreLogFile = "restore.log"
+)
+
+// Files of a restored sandbox, in <RunDir>/<id>/.
+const (
+	restoreWorkDir  = "criu"
+	restoreConfFile = "criu/restore.conf"
+)
+
+// checkpointAttempts is how many times Checkpoint tries while CRIU finds a
+// unix socket connected to the outside: the daemon's connections to the
+// agent, which the caller has just closed, may take a moment to go away.
+const checkpointAttempts = 5
+
+// checkpointInfo is the content of checkpointInfoFile.
+type checkpointInfo struct {
+	// Runtime is the base name of the OCI runtime that made the checkpoint.
+	Runtime string `json:"runtime"`
+	// LogFile is CRIU's key ("file[<mnt_id>:<inode>]", hex) of the agent's
+	// log, which the box's processes hold as stdout and stderr. It lives
+	// outside the box, so the dump marks it external and a restore hands
+	// CRIU the new sandbox's log in its place.
+	LogFile string `json:"log_file,omitempty"`
+}
+
+// Checkpoint saves the processes of running or paused sandbox id into dir
+// with CRIU, through "<runtime> checkpoint". The box's network namespace
+// is external (named in config.json): CRIU leaves it alone, and a restore
+// puts the processes into a new one. With leaveRunning the box keeps
+// running, and in the state it had (a paused box stays frozen); otherwise
+// its processes are gone when Checkpoint returns and the caller deletes
+// it.
+//
+// What CRIU cannot save (an established TCP connection, a unix socket
+// connected to a process outside the box...) makes an error that wraps
+// sandbox.ErrCheckpoint and names the reason in one line; CRIU's whole log
+// stays in dir/dump.log. Checkpoint retries a few times, briefly, while the
+// reason is a unix socket connected outside the box, which is what a
+// connection from the daemon to the agent still closing looks like: the
+// caller must have closed its connections to the agent first. On error
+// CRIU has thawed the processes, so the box keeps running whether or not
+// leaveRunning was set; Checkpoint says so in the error when it found the
+// box stopped instead.
+func (r *Runtime) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused {
+		return fmt.Errorf("checkpoint %s: sandbox is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
+	}
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("checkpoint %s: image directory %q is not absolute: %w", id, dir, errdefs.ErrInvalidArgument)
+	}
+	if err := r.checkpointable(id); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", id, err)
+	}
+	if err := r.exposeNetNS(r.netnsPath(id)); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", id, err)
+	}
+	info := checkpointInfo{Runtime: filepath.Base(r.binary)}
+	if info.LogFile, err = fileKey(st.Pid, filepath.Join(r.Dir(id), agentLog)); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", id, err)
+	}
+	args := []string{"checkpoint", "--image-path", dir, "--work-path", dir}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	args = append(args, id)
+	wait := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if err := writeCheckpointFiles(dir, info); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", id, err)
+		}
+		out, err := r.runCRIU(id, filepath.Join(dir, dumpConfFile), nil, false, args...)
+		if err == nil {
+			return nil
+		}
+		reason, external := criuFailure(filepath.Join(dir, dumpLogFile))
+		if reason == "" {
+			reason = fmt.Sprintf("%s checkpoint: %v: %s", filepath.Base(r.binary), err, out)
+		}
+		st, serr := r.State(ctx, id)
+		running := serr == nil && (st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused)
+		if external && running && attempt < checkpointAttempts {
+			log.G(ctx).Debug("checkpoint: connection to the outside, retrying", "sandbox", id, "attempt", attempt, "reason", reason)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+				wait *= 2
+				continue
+			}
+		}
+		if !running {
+			reason += " (and the sandbox's processes are gone)"
+		}
+		return fmt.Errorf("checkpoint %s: %s: %w", id, reason, sandbox.ErrCheckpoint)
+	}
+}
+
+// checkpointable returns an error wrapping sandbox.ErrCheckpoint when CRIU
+// is missing or the sandbox cannot be checkpointed by design.
+func (r *Runtime) checkpointable(id string) error {
+	if _, err := exec.LookPath("criu"); err != nil {
+		return fmt.Errorf("criu is not installed: %w", sandbox.ErrCheckpoint)
+	}
+	b, err := os.ReadFile(filepath.Join(r.Dir(id), configFile))
+	if err != nil {
+		return err
+	}
+	var cfg specs.Spec
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", configFile, err)
+	}
+	if cfg.Linux == nil || !hasNetNS(cfg.Linux.Namespaces) {
+		return fmt.Errorf("the sandbox shares the host's network namespace: %w", sandbox.ErrCheckpoint)
+	}
+	return nil
+}
+
+func hasNetNS(ns []specs.LinuxNamespace) bool {
+	for _, n := range ns {
+		if n.Type == specs.NetworkNamespace {
+			return true
+		}
+	}
+	return false
+}
+
+// writeCheckpointFiles (re)writes dir's configuration and info files,
+// after removing whatever a failed attempt left there.
+func writeCheckpointFiles(dir string, info checkpointInfo) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	var conf string
+	if info.LogFile != "" {
+		conf = "external " + info.LogFile + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, dumpConfFile), []byte(conf), 0o600); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, checkpointInfoFile), info)
+}
+
+// fileKey returns CRIU's key "file[<mnt_id>:<inode>]" of the file at p as
+// the process pid holds it on stdout or stderr, or "" when it holds
+// neither.
+func fileKey(pid int, p string) (string, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(p, &want); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "", nil
+		}
+		return "", fmt.Errorf("stat %s: %w", p, err)
+	}
+	for _, fd := range []int{1, 2} {
+		var st unix.Stat_t
+		if unix.Stat(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), &st) != nil || st.Dev != want.Dev || st.Ino != want.Ino {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
+		if err != nil {
+			return "", fmt.Errorf("fdinfo: %w", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			var mnt uint64
+			if _, err := fmt.Sscanf(l, "mnt_id: %d", &mnt); err == nil {
+				return fmt.Sprintf("file[%x:%x]", mnt, st.Ino), nil
+			}
+		}
+		return "", fmt.Errorf("fdinfo of pid %d fd %d has no mnt_id", pid, fd)
+	}
+	return "", nil
+}
+
+// runCRIU runs "<runtime> args..." on the runtime's thread with CRIU's
+// configuration file conf (CRIU reads CRIU_CONFIG_FILE in its RPC mode,
+// which both crun and runc use) and extra inherited files from fd 3 on.
+// With inCgroup the runtime starts inside the sandbox's cgroups (see
+// startInCgroup). It is not bound to a context: killing the runtime in the
+// middle would leave the box frozen. It returns the runtime's output.
+func (r *Runtime) runCRIU(id, conf string, extra []*os.File, inCgroup bool, args ...string) (string, error) {
+	cmd := exec.Command(r.binary, append([]string{"--root", r.cfg.StateDir, "--log", filepath.Join(r.Dir(id), runtimeLog)}, args...)...)
+	cmd.Env = append(os.Environ(), "CRIU_CONFIG_FILE="+conf)
+	cmd.ExtraFiles = extra
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := func() error { return r.ns.Do(cmd.Start) }
+	if inCgroup && cgroups.DetectMode(cgroups.Root) == cgroups.Legacy {
+		start = func() error { return r.startInCgroup(cmd, r.CgroupPath(id)) }
+	}
+	if err := start(); err != nil {
+		return "", err
+	}
+	err := cmd.Wait()
+	return strings.TrimSpace(out.String()), err
+}
+
+// startInCgroup starts cmd from a new OS thread that shares the runtime
+// thread's mount namespace and belongs to cgroup rel in every cgroup v1
+// hierarchy (made if missing). The thread is never unlocked: it ends with
+// its goroutine once cmd has started, and so leaves the cgroup.
+//
+// Why: on a cgroup v1 host, "crun restore" maps the box's cgroup mounts
+// (/sys/fs/cgroup/<controller> inside the box, external to CRIU) to the
+// cgroups crun itself is in, as /proc/self/cgroup shows them. Started from
+// the daemon's cgroup, a restored box would see (read-only) the host's
+// cgroups instead of its own, and the agent would read the wrong limits and
+// miss its OOM kills. A thread's cgroup v1 membership is its own, and a
+// forked child inherits its thread's.
+func (r *Runtime) startInCgroup(cmd *exec.Cmd, rel string) error {
+	hiers, err := v1Hierarchies()
+	if err != nil {
+		return err
+	}
+	for _, h := range hiers {
+		if err := makeCgroupV1(h, rel); err != nil {
+			return fmt.Errorf("create cgroup %s: %w", filepath.Join(h, rel), err)
+		}
+	}
+	mnt, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/mnt", os.Getpid(), r.ns.tid))
+	if err != nil {
+		return fmt.Errorf("open the runtime thread's mount namespace: %w", err)
+	}
+	defer mnt.Close()
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: see above
+		// setns to a mount namespace needs a file system context of
+		// the thread's own.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare fs: %w", err)
+			return
+		}
+		if err := unix.Setns(int(mnt.Fd()), unix.CLONE_NEWNS); err != nil {
+			errc <- fmt.Errorf("join the runtime thread's mount namespace: %w", err)
+			return
+		}
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		for _, h := range hiers {
+			if err := os.WriteFile(filepath.Join(h, rel, "tasks"), tid, 0); err != nil {
+				errc <- fmt.Errorf("join cgroup %s: %w", filepath.Join(h, rel), err)
+				return
+			}
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
+}
+
+// v1Hierarchies lists the mounted cgroup v1 hierarchies under
+// cgroups.Root (the cgroup2 one of a hybrid host excluded).
+func v1Hierarchies() ([]string, error) {
+	ents, err := os.ReadDir(cgroups.Root)
+	if err != nil {
+		return nil, fmt.Errorf("list cgroup hierarchies: %w", err)
+	}
+	var hs []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue // cpu,cpuacct -> links
+		}
+		h := filepath.Join(cgroups.Root, e.Name())
+		var st unix.Statfs_t
+		if unix.Statfs(h, &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC {
+			hs = append(hs, h)
+		}
+	}
+	return hs, nil
+}
+
+// makeCgroupV1 makes cgroup rel in hierarchy h, level by level; a new
+// cpuset cgroup gets its parent's cpus and mems (it could hold no task
+// otherwise).
+func makeCgroupV1(h, rel string) error {
+	p := h
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		parent := p
+		p = filepath.Join(p, part)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if filepath.Base(h) != "cpuset" {
+			continue
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && len(bytes.TrimSpace(b)) > 0 {
+				continue
+			}
+			v, err := os.ReadFile(filepath.Join(parent, f))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(p, f), v, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// criuFailure reads a CRIU log and returns the reason of its failure in one
+// line, and whether that reason is a unix socket connected outside the
+// dumped processes.
+func criuFailure(logPath string) (reason string, external bool) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	var errs []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if _, msg, ok := strings.Cut(sc.Text(), "Error ("); ok {
+			errs = append(errs, "("+msg)
+		}
+	}
+	return explainCRIU(errs)
+}
+
+// explainCRIU picks the most telling of CRIU's error lines ("(file:line):
+// message") and says it in words.
+func explainCRIU(errs []string) (reason string, external bool) {
+	var first string
+	for _, e := range errs {
+		src, msg, _ := strings.Cut(e, "): ")
+		src = strings.TrimPrefix(src, "(")
+		msg = strings.TrimSpace(msg)
+		switch {
+		case strings.Contains(src, "util.c") && strings.Contains(msg, "RLIMIT_NOFILE"):
+			continue // harmless: CRIU could not raise its own limit
+		case strings.Contains(src, "sk-inet.c") || strings.Contains(src, "sk-tcp.c"):
+			return "a TCP connection is established, and CRIU does not save those (" + msg + ")", false
+		case strings.Contains(src, "sk-unix.c"):
+			return "a unix socket is connected to a process outside the sandbox, such as an open connection from the daemon to the agent (" + msg + ")", true
+		case strings.Contains(msg, "Can't lookup mount") || strings.Contains(src, "files-ext.c"):
+			return "a process has a file open outside the sandbox's mounts (" + msg + ")", false
+		}
+		if first == "" {
+			first = "criu: " + msg
+		}
+	}
+	return first, false
+}
+
+// Restore creates sandbox id from spec as Create does (root file system,
+// network namespace, bundle: the cgroup, limits and hostname are spec's),
+// then resumes the processes saved in dir with "<runtime> restore"
+// instead of starting an agent. The agent's listening socket comes back
+// with it, in the new network namespace, and its stdout and stderr are the
+// new sandbox's log. As Start, it sets the agent's oom_score_adj; the pid
+// file makes State, Stop, Delete and Usage work as for a started box. The
+// restored hostname is the checkpointed box's: Restore sets spec's (or id)
+// in the box's UTS namespace. On error it leaves nothing; CRIU's log is
+// copied to dir/restore-<id>.log and the error wraps sandbox.ErrCheckpoint
+// with the reason.
+func (r *Runtime) Restore(ctx context.Context, id string, spec *sandbox.Spec, dir string) error {
+	if err := checkSpec(id, spec); err != nil {
+		return err
+	}
+	if spec.HostNetwork {
+		return fmt.Errorf("restore %s: a sandbox on the host's network cannot be restored: %w", id, errdefs.ErrInvalidArgument)
+	}
+	var info checkpointInfo
+	b, err := os.ReadFile(filepath.Join(dir, checkpointInfoFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restore %s: no checkpoint in %s: %w", id, dir, errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return fmt.Errorf("restore %s: %s: %w", id, checkpointInfoFile, err)
+	}
+	if rt := filepath.Base(r.binary); info.Runtime != rt {
+		return fmt.Errorf("restore %s: the checkpoint was made by %s, this runtime is %s: %w", id, info.Runtime, rt, sandbox.ErrCheckpoint)
+	}
+	if _, err := exec.LookPath("criu"); err != nil {
+		return fmt.Errorf("restore %s: criu is not installed: %w", id, sandbox.ErrCheckpoint)
+	}
+	cu, err := r.newDir(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer cu.Clean()
+	if _, err := r.prepare(id, spec, false); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	sdir := r.Dir(id)
+	work := filepath.Join(sdir, restoreWorkDir)
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	logf, err := openLog(sdir)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	defer logf.Close()
+	var conf string
+	if info.LogFile != "" {
+		conf = "inherit-fd fd[3]:" + info.LogFile + "\n" // logf is fd 3
+	}
+	if err := os.WriteFile(filepath.Join(sdir, restoreConfFile), []byte(conf), 0o600); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	out, err := r.runCRIU(id, filepath.Join(sdir, restoreConfFile), []*os.File{logf}, true,
+		"restore", "--detach", "--image-path", dir, "--work-path", work,
+		"--bundle", filepath.Join(sdir, bundleDir), "--pid-file", filepath.Join(sdir, pidFile), id)
+	if err != nil {
+		rlog := filepath.Join(work, restoreLogFile)
+		reason, _ := criuFailure(rlog)
+		if reason == "" {
+			reason = fmt.Sprintf("%s restore: %v: %s", filepath.Base(r.binary), err, out)
+		}
+		if b, rerr := os.ReadFile(rlog); rerr == nil {
+			_ = os.WriteFile(filepath.Join(dir, "restore-"+id+".log"), b, 0o600)
+		}
+		return fmt.Errorf("restore %s: %s: %w", id, reason, sandbox.ErrCheckpoint)
+	}
+	p, ok, err := r.init(id)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if !ok {
+		return fmt.Errorf("restore %s: the restored processes exited: %w", id, sandbox.ErrCheckpoint)
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = id
+	}
+	err = setHostname(p, hostname)
+	p.close()
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if err := r.protectAgent(ctx, id); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	cu.Release()
+	return nil
+}
+
+// setHostname sets the hostname in the UTS namespace of p, from an OS
+// thread that joins it and then returns to its own (or stays locked and
+// dies with its goroutine if it cannot).
+func setHostname(p process, name string) error {
+	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/uts", p.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open uts namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	if p.exited(0) { // the pid could have been reused before the open
+		return fmt.Errorf("pid %d exited: %w", p.pid, errdefs.ErrUnavailable)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("open own uts namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(ns, unix.CLONE_NEWUTS); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("join uts namespace: %w", err)
+			return
+		}
+		herr := unix.Sethostname([]byte(name))
+		if err := unix.Setns(orig, unix.CLONE_NEWUTS); err != nil {
+			errc <- fmt.Errorf("return to own uts namespace: %w", err) // stays locked
+			return
+		}
+		goruntime.UnlockOSThread()
+		if herr != nil {
+			herr = fmt.Errorf("sethostname: %w", herr)
+		}
+		errc <- herr
+	}()
+	return <-errc
+}

@@ -1,0 +1,691 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/containerd/errdefs"
+
+	pb "github.com/corral-sandbox/corral/api/gen/process"
+	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/runtime/runtimetest"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/testutil"
+)
+
+// counterScript runs a background process that writes "<n> <hostname>" to
+// /tmp/c every 20 ms and its own pid (as the box sees it) to /tmp/pid,
+// then waits.
+const counterScript = `/bin/sh -c 'echo $$ > /tmp/pid; i=0; while true; do i=$((i+1)); echo "$i $(cat /proc/sys/kernel/hostname)" > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.02; done' &
+wait`
+
+// requiresCRIU skips t when CRIU cannot run here.
+func requiresCRIU(t testing.TB) {
+	t.Helper()
+	testutil.RequiresBinary(t, "criu")
+	if out, err := exec.Command("criu", "check").CombinedOutput(); err != nil {
+		t.Skipf("criu check: %v: %s", err, out)
+	}
+}
+
+// addApplets adds busybox applet links to a root made by busyboxRootfs.
+func addApplets(t testing.TB, root string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", n)); err != nil && !errors.Is(err, fs.ErrExist) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// copyRoot copies a root directory (the "disk" of a fork).
+func copyRoot(t testing.TB, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	return dst
+}
+
+// rootOf returns the host directory of a spec's root (a bind mount).
+func rootOf(spec *sandbox.Spec) string { return spec.Rootfs[0].Source }
+
+// counter reads /tmp/c of a root: the count and the hostname.
+func counter(t testing.TB, root string) (int, string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "tmp/c"))
+	if err != nil {
+		return 0, ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, ""
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n, f[1]
+}
+
+// waitCounter waits until the counter of root exceeds n and returns it.
+func waitCounter(t testing.TB, root string, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, _ := counter(t, root); c > n {
+			return c
+		}
+		if time.Now().After(deadline) {
+			c, _ := counter(t, root)
+			t.Fatalf("counter in %s = %d after 10s; want > %d", root, c, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// run creates and starts sandbox id and registers its deletion and the
+// check that it left nothing.
+func run(t testing.TB, r *Runtime, id string, spec *sandbox.Spec) {
+	t.Helper()
+	ctx := context.Background()
+	if err := r.Create(ctx, id, spec); err != nil {
+		t.Fatalf("Create(%q) = %v", id, err)
+	}
+	cleanupBox(t, r, id)
+	if err := r.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) = %v", id, err)
+	}
+}
+
+// cleanupBox registers the deletion of id and the check that nothing of
+// it is left.
+func cleanupBox(t testing.TB, r *Runtime, id string) {
+	t.Cleanup(func() {
+		if err := r.Delete(context.Background(), id); err != nil {
+			t.Errorf("Delete(%q) = %v", id, err)
+		}
+		checkLeftNothing(t, r, id)
+	})
+}
+
+// checkLeftNothing fails t when anything of sandbox id is left: its
+// directory, a mount (in the host's or the runtime's namespace), a cgroup,
+// the runtime's state or a process of its cgroup.
+func checkLeftNothing(t testing.TB, r *Runtime, id string) {
+	t.Helper()
+	dir := r.Dir(id)
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Delete(%q): %s exists (%v)", id, dir, err)
+	}
+	for _, info := range []string{"/proc/self/mountinfo", r.MountInfoPath()} {
+		if left, err := mount.Under(info, dir); err != nil || len(left) > 0 {
+			t.Errorf("after Delete(%q): mounts in %s: %q, %v", id, info, left, err)
+		}
+	}
+	if dirs, _ := cgroups.Dirs(cgroups.Root, r.CgroupPath(id)); len(dirs) > 0 {
+		t.Errorf("after Delete(%q): cgroups left: %q", id, dirs)
+	}
+	if _, err := os.Stat(filepath.Join(r.cfg.StateDir, id)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Delete(%q): runtime state left (%v)", id, err)
+	}
+}
+
+// inBoxPid returns the pid, as the box sees it, of the host process hostPid.
+func inBoxPid(hostPid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			f := strings.Fields(v)
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
+}
+
+// boxPids returns the host pids of the processes in id's cgroup.
+func boxPids(t testing.TB, r *Runtime, id string) []int {
+	t.Helper()
+	dirs, _ := cgroups.Dirs(cgroups.Root, r.CgroupPath(id))
+	for _, d := range dirs {
+		if !strings.Contains(d, "/pids/") && !strings.HasSuffix(filepath.Dir(d), "cgroup") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+		return pids
+	}
+	return nil
+}
+
+func TestPause(t *testing.T) {
+	for _, bin := range []string{"crun", "runc"} {
+		t.Run(bin, func(t *testing.T) {
+			r := newTestRuntime(t, bin, WithProcessArgs("/bin/sh", "-c", counterScript))
+			ctx := testutil.Context(t)
+			id := runtimetest.ID(t)
+			spec := testSpec(t, defaultResources)
+			root := rootOf(spec)
+			if err := r.Pause(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Pause(%q) of an unknown sandbox = %v; want ErrNotFound", id, err)
+			}
+			run(t, r, id, spec)
+			n := waitCounter(t, root, 2)
+			for range 2 { // idempotent
+				if err := r.Pause(ctx, id); err != nil {
+					t.Fatalf("Pause(%q) = %v", id, err)
+				}
+			}
+			if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusPaused {
+				t.Fatalf("State(%q) of a paused sandbox = %+v, %v; want paused", id, st, err)
+			}
+			frozen, _ := counter(t, root)
+			time.Sleep(200 * time.Millisecond)
+			if c, _ := counter(t, root); c != frozen || c < n {
+				t.Errorf("counter of a paused sandbox went from %d to %d; want it stopped", frozen, c)
+			}
+			for range 2 {
+				if err := r.Unpause(ctx, id); err != nil {
+					t.Fatalf("Unpause(%q) = %v", id, err)
+				}
+			}
+			if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+				t.Fatalf("State(%q) after Unpause = %+v, %v; want running", id, st, err)
+			}
+			waitCounter(t, root, frozen)
+			// Delete of a paused sandbox thaws and kills it.
+			if err := r.Pause(ctx, id); err != nil {
+				t.Fatalf("Pause(%q) = %v", id, err)
+			}
+			if err := r.Delete(ctx, id); err != nil {
+				t.Fatalf("Delete(%q) of a paused sandbox = %v", id, err)
+			}
+			checkLeftNothing(t, r, id)
+		})
+	}
+}
+
+func TestPauseNotRunning(t *testing.T) {
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sleep", "1000000"))
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	if err := r.Create(ctx, id, testSpec(t, defaultResources)); err != nil {
+		t.Fatal(err)
+	}
+	cleanupBox(t, r, id)
+	if err := r.Pause(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Pause(%q) of a created sandbox = %v; want ErrFailedPrecondition", id, err)
+	}
+	if err := r.Unpause(ctx, id); err != nil {
+		t.Errorf("Unpause(%q) of a created sandbox = %v; want nil", id, err)
+	}
+}
+
+// buildTestAgent builds testdata/agent (the agent on fd 3) once per test
+// binary.
+var buildTestAgent = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "corral-agent")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "agent")
+	cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", out, "./testdata/agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build agent: %v: %s", err, b)
+	}
+	return out, nil
+})
+
+// agentSpec returns a spec whose PID 1 is the real agent.
+func agentSpec(t testing.TB, res sandbox.Resources) *sandbox.Spec {
+	t.Helper()
+	bin, err := buildTestAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {}) // the binary is shared by the package's tests
+	spec := testSpec(t, res)
+	spec.AgentBinary = bin
+	addApplets(t, rootOf(spec), "tr", "hostname", "kill")
+	return spec
+}
+
+// client returns an agent client for sandbox id, ready.
+func client(t testing.TB, r *Runtime, id string) *agentclient.Client {
+	t.Helper()
+	c, err := agentclient.New(r.AgentAddr(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("agent of %s at %s: %v", id, r.AgentAddr(id), err)
+	}
+	return c
+}
+
+// execResult is the outcome of a command run through the agent.
+type execResult struct {
+	out  string
+	exit int32
+	oom  bool
+}
+
+// execIn runs sh -c script in the box through its agent.
+func execIn(ctx context.Context, c *agentclient.Client, script string) (execResult, error) {
+	stream, err := c.Process.Start(ctx, connect.NewRequest(&pb.StartRequest{
+		Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}},
+	}))
+	if err != nil {
+		return execResult{}, err
+	}
+	defer stream.Close()
+	var res execResult
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		res.out += string(ev.GetData().GetStdout()) + string(ev.GetData().GetStderr())
+		if e := ev.GetEnd(); e != nil {
+			res.exit, res.oom = e.GetExitCode(), e.GetOomKilled()
+		}
+	}
+	return res, stream.Err()
+}
+
+func mustExec(t testing.TB, c *agentclient.Client, script string) string {
+	t.Helper()
+	res, err := execIn(context.Background(), c, script)
+	if err != nil || res.exit != 0 {
+		t.Fatalf("exec %q = %+v, %v; want exit 0", script, res, err)
+	}
+	return res.out
+}
+
+// TestAgentAddr: the agent is reached at AgentAddr, in the box's network
+// namespace, both for a box with its own network and for one on the
+// host's network; the box's own processes are refused.
+func TestAgentAddr(t *testing.T) {
+	for _, host := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own-network", true: "host-network"}[host], func(t *testing.T) {
+			r := newTestRuntime(t, "crun")
+			id := runtimetest.ID(t)
+			spec := agentSpec(t, defaultResources)
+			spec.HostNetwork = host
+					run(t, r, id, spec)
+			c := client(t, r, id)
+			defer c.Close()
+			if got := mustExec(t, c, "echo hello"); got != "hello\n" {
+				t.Errorf("exec echo through %s = %q; want hello", r.AgentAddr(id), got)
+			}
+			// A process of the box can reach the name (in its network
+			// namespace) but the agent closes on it.
+			out := mustExec(t, c, AgentPath+" probe @"+AgentSocketName)
+			want := "refused:"
+			if host {
+				want = "refused: dial unix" // not in the box's namespace at all
+			}
+			if !strings.HasPrefix(out, want) {
+				t.Errorf("a box process probing its agent got %q; want %q...", out, want)
+			}
+		})
+	}
+}
+
+// TestCheckpointRestore: a box whose background process counts is
+// checkpointed (its processes end), deleted, and restored under the same
+// id on the same root: the same process, with the same pid in the box,
+// counts on from where it was.
+func TestCheckpointRestore(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	root := rootOf(spec)
+	run(t, r, id, spec)
+	waitCounter(t, root, 3)
+	pidBefore, _ := os.ReadFile(filepath.Join(root, "tmp/pid"))
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, id, img, false); err != nil {
+		t.Fatalf("Checkpoint(%q) = %v", id, err)
+	}
+	if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusStopped {
+		t.Fatalf("State(%q) after Checkpoint = %+v, %v; want stopped", id, st, err)
+	}
+	saved, _ := counter(t, root)
+	time.Sleep(100 * time.Millisecond)
+	if c, _ := counter(t, root); c != saved {
+		t.Fatalf("counter after Checkpoint went from %d to %d; want stopped", saved, c)
+	}
+	if err := r.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete(%q) = %v", id, err)
+	}
+	if err := r.Restore(ctx, id, spec, img); err != nil {
+		t.Fatalf("Restore(%q) = %v", id, err)
+	}
+	st, err := r.State(ctx, id)
+	if err != nil || st.Status != sandbox.StatusRunning {
+		t.Fatalf("State(%q) after Restore = %+v, %v; want running", id, st, err)
+	}
+	after := waitCounter(t, root, saved)
+	if after > saved+25 { // 500 ms of counting: a restart from 0 reads low, not high
+		t.Errorf("counter after Restore = %d; want it to go on from %d", after, saved)
+	}
+	pidAfter, _ := os.ReadFile(filepath.Join(root, "tmp/pid"))
+	if string(pidAfter) != string(pidBefore) {
+		t.Errorf("counter's pid file = %q after Restore; want %q (not rewritten)", pidAfter, pidBefore)
+	}
+	want, _ := strconv.Atoi(strings.TrimSpace(string(pidBefore)))
+	found := false
+	for _, p := range boxPids(t, r, id) {
+		if inBoxPid(p) == want {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no process of the restored box has pid %d in the box; want the counter's", want)
+	}
+	if _, err := os.Stat(filepath.Join(img, dumpLogFile)); err != nil {
+		t.Errorf("CRIU's dump log: %v; want it kept in the image directory", err)
+	}
+}
+
+// TestForkRestore: a paused box is checkpointed with leaveRunning (as a
+// fork does: it stays paused) and restored under a new id on a copy of its
+// root, with its own hostname: two independent boxes.
+func TestForkRestore(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	ctx := testutil.Context(t)
+	src := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	root := rootOf(spec)
+	run(t, r, src, spec)
+	waitCounter(t, root, 3)
+	if err := r.Pause(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, src, img, true); err != nil {
+		t.Fatalf("Checkpoint(%q, leaveRunning) = %v", src, err)
+	}
+	if st, err := r.State(ctx, src); err != nil || st.Status != sandbox.StatusPaused {
+		t.Fatalf("State(%q) after Checkpoint(leaveRunning) of a paused box = %+v, %v; want paused", src, st, err)
+	}
+	forkSpec := *spec
+	forkSpec.Rootfs = []mount.Mount{{Type: "bind", Source: copyRoot(t, root), Options: []string{"rbind"}}}
+	forkSpec.Hostname = "fork"
+	forkRoot := rootOf(&forkSpec)
+	if err := r.Unpause(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	fork := src + "-fork"
+	if err := r.Restore(ctx, fork, &forkSpec, img); err != nil {
+		t.Fatalf("Restore(%q) = %v", fork, err)
+	}
+	cleanupBox(t, r, fork)
+	n, _ := counter(t, forkRoot)
+	waitCounter(t, forkRoot, n)
+	c, host := counter(t, forkRoot)
+	waitCounter(t, forkRoot, c) // the hostname is read once per count
+	if _, host = counter(t, forkRoot); host != "fork" {
+		t.Errorf("hostname in the fork = %q; want fork", host)
+	}
+	cs, hs := counter(t, root)
+	waitCounter(t, root, cs)
+	if hs != "box" {
+		t.Errorf("hostname in the source = %q; want box", hs)
+	}
+	// Independent: stopping the source leaves the fork counting.
+	if err := r.Stop(ctx, src, 0); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = counter(t, forkRoot)
+	waitCounter(t, forkRoot, c)
+	for _, p := range boxPids(t, r, fork) {
+		if !r.inCgroup(p, fork) {
+			t.Errorf("fork process %d is not in the fork's cgroup", p)
+		}
+	}
+	if len(boxPids(t, r, fork)) == 0 {
+		t.Errorf("fork's cgroup has no process")
+	}
+}
+
+// TestRestoreLimits: a restored box gets its new spec's limits, and they
+// hold: a memory hog is OOM-killed and forks stop at the pids limit.
+func TestRestoreLimits(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun")
+	ctx := testutil.Context(t)
+	src := runtimetest.ID(t)
+	spec := agentSpec(t, defaultResources)
+	run(t, r, src, spec)
+	c := client(t, r, src)
+	mustExec(t, c, "echo ready")
+	c.Close()
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, src, img, true); err != nil {
+		t.Fatalf("Checkpoint(%q) = %v", src, err)
+	}
+	// The agent keeps up to 16 threads (reserved at its start, under the
+	// source's limit), which count against the pids limit.
+	small := sandbox.Resources{CPUs: 1, MemoryBytes: 48 << 20, Pids: 40}
+	forkSpec := *spec
+	forkSpec.Resources = small
+	forkSpec.Rootfs = []mount.Mount{{Type: "bind", Source: copyRoot(t, rootOf(spec)), Options: []string{"rbind"}}}
+	fork := src + "-small"
+	if err := r.Restore(ctx, fork, &forkSpec, img); err != nil {
+		t.Fatalf("Restore(%q) = %v", fork, err)
+	}
+	cleanupBox(t, r, fork)
+	u, err := r.Usage(ctx, fork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.MemoryLimitBytes != uint64(small.MemoryBytes) || u.PidsLimit != uint64(small.Pids) {
+		t.Errorf("Usage(%q) = memory limit %d, pids limit %d; want %d, %d", fork, u.MemoryLimitBytes, u.PidsLimit, small.MemoryBytes, small.Pids)
+	}
+	fc := client(t, r, fork)
+	defer fc.Close()
+	res, err := execIn(ctx, fc, `x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived ${#x}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.out, "survived") || (!res.oom && res.exit != 137) {
+		t.Errorf("memory hog in a box limited to %d bytes = %+v; want it OOM-killed", small.MemoryBytes, res)
+	}
+	res, err = execIn(ctx, fc, `i=0; while [ $i -lt 60 ]; do (sleep 30 &) 2>/dev/null; i=$((i+1)); done; n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo $n; kill -9 -1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(res.out)); n == 0 || n > int(small.Pids) {
+		t.Errorf("processes in a box limited to %d pids = %q; want 1..%d", small.Pids, res.out, small.Pids)
+	}
+	// The source keeps its own limits.
+	if u, err := r.Usage(ctx, src); err != nil || u.MemoryLimitBytes != uint64(defaultResources.MemoryBytes) {
+		t.Errorf("Usage(%q) of the source = %+v, %v; want its memory limit %d", src, u, err, defaultResources.MemoryBytes)
+	}
+}
+
+// TestCheckpointRefusesTCP: a box with an established TCP connection
+// (over its loopback) cannot be checkpointed: the error wraps
+// ErrCheckpoint, names the reason, and the box keeps running.
+func TestCheckpointRefusesTCP(t *testing.T) {
+	requiresCRIU(t)
+	script := `nc -l -p 5555 > /dev/null &
+sleep 0.2
+(while true; do echo x; sleep 0.05; done) | nc 127.0.0.1 5555 &
+` + counterScript
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", script))
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	root := rootOf(spec)
+	addApplets(t, root, "nc")
+	run(t, r, id, spec)
+	n := waitCounter(t, root, 3)
+	st, err := r.State(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the connection: state 01 (ESTABLISHED) in the box's table.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", st.Pid))
+		if strings.Contains(string(b), ":15B3 ") && strings.Contains(string(b), " 01 ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no established connection on port 5555 in the box: %s", b)
+		}
+	}
+	for _, leave := range []bool{false, true} {
+		img := t.TempDir()
+		err := r.Checkpoint(ctx, id, img, leave)
+		if !errors.Is(err, sandbox.ErrCheckpoint) || !strings.Contains(err.Error(), "TCP connection") {
+			t.Fatalf("Checkpoint(%q, leaveRunning=%v) with an established TCP connection = %v; want ErrCheckpoint naming it", id, leave, err)
+		}
+		if strings.Count(err.Error(), "\n") > 0 {
+			t.Errorf("Checkpoint error has several lines: %q", err)
+		}
+		if b, err := os.ReadFile(filepath.Join(img, dumpLogFile)); err != nil || len(b) == 0 {
+			t.Errorf("dump log after a failed checkpoint: %d bytes, %v; want it kept", len(b), err)
+		}
+		if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+			t.Fatalf("State(%q) after a failed Checkpoint = %+v, %v; want running", id, st, err)
+		}
+		n = waitCounter(t, root, n)
+	}
+}
+
+// TestCheckpointAgentConnections: an open stream from the daemon to the
+// agent (a running command) makes Checkpoint fail, after its retries, with
+// an error that says so; the box keeps running. Once the daemon has closed
+// its connections, also while the box is paused and the agent cannot see
+// them close, the checkpoint works, and the restored agent answers at the
+// same address.
+func TestCheckpointAgentConnections(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun")
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := agentSpec(t, defaultResources)
+	run(t, r, id, spec)
+	c := client(t, r, id)
+	mustExec(t, c, "echo warm")
+
+	sctx, cancel := context.WithCancel(ctx)
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stream, err := c.Process.Start(sctx, connect.NewRequest(&pb.StartRequest{
+			Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"30"}},
+		}))
+		if err != nil {
+			close(started)
+			return
+		}
+		defer stream.Close()
+		first := true
+		for stream.Receive() {
+			if first {
+				close(started)
+				first = false
+			}
+		}
+	}()
+	<-started
+	err := r.Checkpoint(ctx, id, t.TempDir(), true)
+	if !errors.Is(err, sandbox.ErrCheckpoint) || !strings.Contains(err.Error(), "unix socket") {
+		t.Errorf("Checkpoint(%q) with a stream open to the agent = %v; want ErrCheckpoint naming the connection", id, err)
+	}
+	if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+		t.Fatalf("State(%q) after a failed Checkpoint = %+v, %v; want running", id, st, err)
+	}
+	cancel()
+	<-done
+	mustExec(t, c, "echo still here")
+
+	// Paused, then the daemon drops its (idle) connections: the agent is
+	// frozen and keeps its ends, whose peers are gone.
+	if err := r.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, id, img, false); err != nil {
+		t.Fatalf("Checkpoint(%q) of a paused box with no connection left = %v", id, err)
+	}
+	if err := r.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore(ctx, id, spec, img); err != nil {
+		t.Fatalf("Restore(%q) = %v", id, err)
+	}
+	c = client(t, r, id)
+	defer c.Close()
+	if got := mustExec(t, c, "echo back; hostname"); got != "back\nbox\n" {
+		t.Errorf("exec after Restore = %q; want back, box", got)
+	}
+}
+
+// TestRestoreFailureLeavesNothing: a restore from damaged images fails
+// with ErrCheckpoint and leaves nothing; one from a directory that holds
+// no checkpoint is ErrNotFound.
+func TestRestoreFailureLeavesNothing(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	run(t, r, id, spec)
+	waitCounter(t, rootOf(spec), 1)
+	if err := r.Restore(ctx, id+"-x", spec, t.TempDir()); !errdefs.IsNotFound(err) {
+		t.Errorf("Restore from an empty directory = %v; want ErrNotFound", err)
+	}
+	checkLeftNothing(t, r, id+"-x")
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, id, img, true); err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := filepath.Glob(filepath.Join(img, "pages-*.img"))
+	if len(pages) == 0 {
+		t.Fatalf("no pages-*.img in %s", img)
+	}
+	for _, p := range pages {
+		if err := os.Truncate(p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := id + "-bad"
+	err := r.Restore(ctx, bad, spec, img)
+	if !errors.Is(err, sandbox.ErrCheckpoint) {
+		t.Errorf("Restore(%q) from damaged images = %v; want ErrCheckpoint", bad, err)
+	}
+	checkLeftNothing(t, r, bad)
+	if _, err := os.Stat(filepath.Join(img, "restore-"+bad+".log")); err != nil {
+		t.Errorf("restore log of the failed restore: %v; want it in the image directory", err)
+	}
+}

@@ -1,0 +1,178 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	goruntime "runtime"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/mount"
+)
+
+// AgentSocketName is the abstract unix socket ("@corral-agent") on which the
+// agent listens inside its sandbox's network namespace. See Runtime for why
+// it is abstract.
+const AgentSocketName = "corral-agent"
+
+// netnsFile is the bind mount of the sandbox's network namespace in its
+// directory.
+const netnsFile = "netns"
+
+// newNetNS makes a network namespace with its loopback up, bind-mounts it
+// at p in the daemon's mount namespace (so that it lives, and can be
+// joined, until removeNetNS), and with listen returns a listening socket
+// bound to "@corral-agent" in it.
+//
+// The work runs on an OS thread that unshares its network namespace and
+// then returns to the daemon's; if it cannot return, the thread stays
+// locked and dies with its goroutine.
+func newNetNS(p string, listen bool) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", p, err)
+	}
+	f.Close()
+	type result struct {
+		l   *os.File
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		goruntime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			goruntime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("open own network namespace: %w", err)}
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			goruntime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("unshare network namespace: %w", err)}
+			return
+		}
+		l, err := setupNetNS(p, listen)
+		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
+			// Leave the thread locked: it exits with this goroutine.
+			if l != nil {
+				l.Close()
+			}
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+			ch <- result{err: fmt.Errorf("return to own network namespace: %w", serr)}
+			return
+		}
+		goruntime.UnlockOSThread()
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	return r.l, r.err
+}
+
+// setupNetNS runs in the new namespace: loopback up, bind mount, socket.
+func setupNetNS(p string, listen bool) (*os.File, error) {
+	if err := loopbackUp(); err != nil {
+		return nil, err
+	}
+	if err := unix.Mount("/proc/thread-self/ns/net", p, "", unix.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("bind network namespace to %s: %w", p, err)
+	}
+	if !listen {
+		return nil, nil
+	}
+	l, err := listenAbstract()
+	if err != nil {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
+		return nil, err
+	}
+	return l, nil
+}
+
+// loopbackUp sets the flag IFF_UP on "lo" of the calling thread's network
+// namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
+
+// listenAbstract makes a listening unix socket bound to "@corral-agent" in
+// the calling thread's network namespace.
+func listenAbstract() (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "@"+AgentSocketName)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@" + AgentSocketName}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bind agent socket: %w", err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("listen on agent socket: %w", err)
+	}
+	return f, nil
+}
+
+// exposeNetNS makes the network namespace bound at p (in the daemon's
+// mount namespace) visible at the same path in the runtime thread's mount
+// namespace, where the OCI runtime opens it. Mounts propagate there by
+// themselves only when the host's mounts are shared; after a daemon
+// restart the thread's namespace is new and has none.
+func (r *Runtime) exposeNetNS(p string) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open network namespace: %w", err)
+	}
+	defer f.Close()
+	if !isNetNS(f) {
+		return fmt.Errorf("%s is not a network namespace", p)
+	}
+	return r.ns.Do(func() error {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.NSFS_MAGIC {
+			return nil
+		}
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind network namespace to %s in the runtime's mount namespace: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// isNetNS reports whether f is a network namespace file.
+func isNetNS(f *os.File) bool {
+	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
+	return err == nil && t == unix.CLONE_NEWNET
+}
+
+// removeNetNS unmounts the network namespace at p in both mount
+// namespaces and removes the file; a missing one is success.
+func (r *Runtime) removeNetNS(p string) error {
+	if err := mount.Unmount(p); err != nil {
+		return err
+	}
+	if err := r.ns.Do(func() error { return mount.Unmount(p) }); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return nil
+}

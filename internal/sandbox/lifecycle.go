@@ -1,0 +1,726 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/corral-sandbox/corral/internal/cleanup"
+	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/spec"
+)
+
+// Bounds and defaults of the lifecycle operations.
+const (
+	// MaxForkCount bounds ForkRequest.Count.
+	MaxForkCount = 64
+	// SuspendGrace is how long a filesystem-only suspend waits for the
+	// box's processes after SIGTERM.
+	SuspendGrace = 2 * time.Second
+	// idleTick is how often the idle reaper looks at the boxes.
+	idleTick = 250 * time.Millisecond
+	// completeMarker is written into a checkpoint directory once the
+	// checkpoint is whole.
+	completeMarker = "corral-complete"
+)
+
+// SnapshotStore records snapshots as images (implemented by the image
+// store): a snapshot is an image whose Disk is a saved disk.
+type SnapshotStore interface {
+	// AddSnapshot registers img under img.Name; errdefs.ErrAlreadyExists
+	// when the name is taken.
+	AddSnapshot(ctx context.Context, img Image) error
+}
+
+// ForkRequest asks for copies of a sandbox.
+type ForkRequest struct {
+	// Count is the number of new sandboxes (1 if zero).
+	Count int
+	// MemoryState also copies the running processes (CRIU): each copy
+	// resumes them where the source was.
+	MemoryState bool
+	// Labels are added to the source's labels on every copy.
+	Labels map[string]string
+}
+
+// SuspendRequest tunes Suspend.
+type SuspendRequest struct {
+	// FilesystemOnly keeps only the file system: the processes are stopped
+	// and resume starts a fresh agent.
+	FilesystemOnly bool
+}
+
+// withBox runs fn on the sandbox idOrName with its operation lock held.
+// fn returns the new record (stored and indexed by withBox when changed).
+func (m *Manager) withBox(ctx context.Context, idOrName string, fn func(ctx context.Context, b *box, rec Record) (Record, error)) (Record, error) {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return Record{}, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	m.mu.Lock()
+	gone, rec := b.gone, cloneRecord(b.rec)
+	m.mu.Unlock()
+	if gone {
+		return Record{}, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrNotFound)
+	}
+	return fn(log.With(ctx, "sandbox", rec.ID), b, rec)
+}
+
+// save persists rec and makes it b's record.
+func (m *Manager) save(ctx context.Context, b *box, rec Record) error {
+	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
+		return fmt.Errorf("record sandbox %s: %w", rec.ID, err)
+	}
+	m.setRecord(b, rec)
+	return nil
+}
+
+func errState(rec Record, want string) error {
+	return fmt.Errorf("sandbox %s is %s, %s: %w", rec.ID, rec.State, want, errdefs.ErrFailedPrecondition)
+}
+
+// Pause freezes the sandbox's processes: they use no CPU and keep their
+// memory. Pausing a paused sandbox is success.
+func (m *Manager) Pause(ctx context.Context, idOrName string) (Record, error) {
+	return m.withBox(ctx, idOrName, func(ctx context.Context, b *box, rec Record) (Record, error) {
+		switch rec.State {
+		case StatePaused:
+			return rec, nil
+		case StateRunning:
+		default:
+			return rec, errState(rec, "only a running sandbox can be paused")
+		}
+		p, ok := m.cfg.Runtimes[rec.Runtime].(Pauser)
+		if !ok {
+			return rec, fmt.Errorf("runtime %s cannot pause: %w", rec.Runtime, errdefs.ErrNotImplemented)
+		}
+		if err := p.Pause(ctx, rec.ID); err != nil {
+			return rec, fmt.Errorf("pause %s: %w", rec.ID, err)
+		}
+		rec.State = StatePaused
+		if err := m.save(ctx, b, rec); err != nil {
+			return rec, err
+		}
+		log.G(ctx).Info("sandbox paused")
+		return rec, nil
+	})
+}
+
+// Resume brings a paused or suspended sandbox back to running. Resuming a
+// running sandbox is success.
+func (m *Manager) Resume(ctx context.Context, idOrName string) (Record, error) {
+	return m.withBox(ctx, idOrName, func(ctx context.Context, b *box, rec Record) (Record, error) {
+		b.touch()
+		switch rec.State {
+		case StateRunning:
+			return rec, nil
+		case StatePaused:
+			p, ok := m.cfg.Runtimes[rec.Runtime].(Pauser)
+			if !ok {
+				return rec, fmt.Errorf("runtime %s cannot unpause: %w", rec.Runtime, errdefs.ErrNotImplemented)
+			}
+			if err := p.Unpause(ctx, rec.ID); err != nil {
+				return rec, fmt.Errorf("unpause %s: %w", rec.ID, err)
+			}
+			rec.State = StateRunning
+			if err := m.save(ctx, b, rec); err != nil {
+				return rec, err
+			}
+			log.G(ctx).Info("sandbox unpaused")
+			return rec, nil
+		case StateSuspended:
+			var err error
+			cleanup.Do(ctx, func(tctx context.Context) { rec, err = m.resumeSuspended(tctx, b, rec) })
+			return rec, err
+		default:
+			return rec, errState(rec, "it cannot be resumed")
+		}
+	})
+}
+
+// EnsureRunning resumes the sandbox when it is paused or suspended (the
+// API calls it before forwarding a request: auto-resume) and records
+// activity.
+func (m *Manager) EnsureRunning(ctx context.Context, idOrName string) (Record, error) {
+	b, err := m.lookup(idOrName)
+	if err != nil {
+		return Record{}, err
+	}
+	b.touch()
+	m.mu.Lock()
+	rec := cloneRecord(b.rec)
+	m.mu.Unlock()
+	if rec.State != StatePaused && rec.State != StateSuspended {
+		return rec, nil
+	}
+	log.G(ctx).Info("auto-resume", "sandbox", rec.ID, "state", rec.State)
+	return m.Resume(ctx, rec.ID)
+}
+
+// Touch records activity on the sandbox (it resets its idle timer).
+func (m *Manager) Touch(idOrName string) {
+	if b, err := m.lookup(idOrName); err == nil {
+		b.touch()
+	}
+}
+
+// KeepAlive records activity and, when d > 0 or the sandbox was created
+// with a timeout, moves its deadline to now + d (or now + that timeout).
+func (m *Manager) KeepAlive(ctx context.Context, idOrName string, d time.Duration) (Record, error) {
+	if d < 0 || d > MaxTimeout {
+		return Record{}, invalid("timeout %s must be between 0 (keep the sandbox's own) and %s", d, MaxTimeout)
+	}
+	rec, err := m.withBox(ctx, idOrName, func(ctx context.Context, b *box, rec Record) (Record, error) {
+		b.touch()
+		if d == 0 {
+			d = rec.Timeout
+		}
+		if d == 0 {
+			return rec, nil
+		}
+		rec.Deadline = time.Now().UTC().Add(d).Truncate(time.Millisecond)
+		if err := m.save(ctx, b, rec); err != nil {
+			return rec, err
+		}
+		m.stopTimer(b)
+		m.arm(ctx, b)
+		return rec, nil
+	})
+	return rec, err
+}
+
+// checkpointDir is where sandbox id's memory state is saved.
+func (m *Manager) checkpointDir(id string) string {
+	return filepath.Join(m.cfg.StateDir, "checkpoints", id)
+}
+
+// Suspend saves the sandbox to disk and frees its memory: its processes
+// (with CRIU, unless req.FilesystemOnly) and its writable layer. When the
+// processes cannot be saved, Suspend fails with an error that says why,
+// the sandbox keeps running, and a filesystem-only suspend remains
+// possible. Suspending a suspended sandbox is success.
+func (m *Manager) Suspend(ctx context.Context, idOrName string, req SuspendRequest) (Record, error) {
+	return m.withBox(ctx, idOrName, func(ctx context.Context, b *box, rec Record) (Record, error) {
+		switch rec.State {
+		case StateSuspended:
+			return rec, nil
+		case StateRunning, StatePaused:
+		default:
+			return rec, errState(rec, "only a running or paused sandbox can be suspended")
+		}
+		var err error
+		cleanup.Do(ctx, func(tctx context.Context) { rec, err = m.suspend(tctx, b, rec, req) })
+		return rec, err
+	})
+}
+
+func (m *Manager) suspend(ctx context.Context, b *box, rec Record, req SuspendRequest) (Record, error) {
+	rt := m.cfg.Runtimes[rec.Runtime]
+	ck, canSave := rt.(Checkpointer)
+	if !req.FilesystemOnly && !canSave {
+		return rec, fmt.Errorf("suspend %s: runtime %s cannot save memory state; suspend with filesystem only to keep the files: %w", rec.ID, rec.Runtime, errdefs.ErrFailedPrecondition)
+	}
+	if m.cfg.StateDir == "" && !req.FilesystemOnly {
+		return rec, fmt.Errorf("suspend %s: the manager has no state directory: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	}
+	if _, ok := m.cfg.Layers.(LayerMounter); !ok {
+		return rec, fmt.Errorf("suspend %s: the layer store cannot mount a writable layer again: %w", rec.ID, errdefs.ErrNotImplemented)
+	}
+	start := time.Now()
+	prev := rec.State
+	if prev == StatePaused {
+		if err := rt.(Pauser).Unpause(ctx, rec.ID); err != nil {
+			return rec, fmt.Errorf("suspend %s: unpause: %w", rec.ID, err)
+		}
+	}
+	rec.State = StateSuspending
+	if err := m.save(ctx, b, rec); err != nil {
+		return rec, err
+	}
+	// back returns the sandbox to its previous state after a failure that
+	// left it running.
+	back := func(cause error) (Record, error) {
+		rec.State = StateRunning
+		if prev == StatePaused {
+			if err := rt.(Pauser).Pause(ctx, rec.ID); err == nil {
+				rec.State = StatePaused
+			}
+		}
+		if err := m.save(ctx, b, rec); err != nil {
+			log.G(ctx).Error("record state after failed suspend", "error", err)
+		}
+		return rec, cause
+	}
+	sus := &Suspension{Memory: !req.FilesystemOnly}
+	if sus.Memory {
+		dir := m.checkpointDir(rec.ID)
+		if err := os.RemoveAll(dir); err != nil {
+			return back(fmt.Errorf("suspend %s: %w", rec.ID, err))
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return back(fmt.Errorf("suspend %s: %w", rec.ID, err))
+		}
+		if m.cfg.DropAgentConns != nil {
+			m.cfg.DropAgentConns(rec.AgentAddr)
+		}
+		if err := ck.Checkpoint(ctx, rec.ID, dir, false); err != nil {
+			_ = os.RemoveAll(dir)
+			if st, serr := rt.State(ctx, rec.ID); serr == nil && st.Status == StatusRunning {
+				return back(fmt.Errorf("suspend %s: %w; suspending with filesystem only keeps the files but not the processes", rec.ID, err))
+			}
+			// The checkpoint failed and took the processes with it: what
+			// is left is a filesystem-only suspend.
+			log.G(ctx).Error("checkpoint failed and stopped the sandbox: keeping its file system", "error", err)
+			sus.Memory = false
+		} else {
+			if err := os.WriteFile(filepath.Join(dir, completeMarker), nil, 0o600); err != nil {
+				return back(fmt.Errorf("suspend %s: %w", rec.ID, err))
+			}
+			sus.MemoryBytes = dirSize(dir)
+		}
+	} else {
+		if s, ok := rt.(Syncer); ok {
+			if err := s.Sync(ctx, rec.ID); err != nil {
+				log.G(ctx).Warn("sync before suspend", "error", err)
+			}
+		}
+		if err := rt.Stop(ctx, rec.ID, SuspendGrace); err != nil {
+			return back(fmt.Errorf("suspend %s: stop: %w", rec.ID, err))
+		}
+	}
+	if m.cfg.Network != nil {
+		if err := m.cfg.Network.Detach(rec.ID, false); err != nil {
+			log.G(ctx).Warn("detach network of suspended sandbox", "error", err)
+		}
+	}
+	if err := rt.Delete(ctx, rec.ID); err != nil {
+		// The processes are gone; what is left is retried by rm or resume.
+		log.G(ctx).Error("delete suspended sandbox from runtime", "error", err)
+	}
+	sus.Time = time.Now().UTC().Truncate(time.Millisecond)
+	rec.State, rec.Suspended = StateSuspended, sus
+	if err := m.save(ctx, b, rec); err != nil {
+		return rec, err
+	}
+	log.G(ctx).Info("sandbox suspended", "memory", sus.Memory, "memory_bytes", sus.MemoryBytes, "took", time.Since(start).Round(time.Microsecond))
+	return rec, nil
+}
+
+// resumeSuspended mounts the writable layer again and restores the saved
+// processes or starts a new agent; the caller holds b.op.
+func (m *Manager) resumeSuspended(ctx context.Context, b *box, rec Record) (Record, error) {
+	start := time.Now()
+	rt := m.cfg.Runtimes[rec.Runtime]
+	if rt == nil || rec.Spec == nil {
+		return rec, fmt.Errorf("resume %s: runtime %q or spec missing: %w", rec.ID, rec.Runtime, errdefs.ErrFailedPrecondition)
+	}
+	lm, ok := m.cfg.Layers.(LayerMounter)
+	if !ok {
+		return rec, fmt.Errorf("resume %s: layer store cannot mount the layer again: %w", rec.ID, errdefs.ErrNotImplemented)
+	}
+	saved := rec
+	rec.State = StateResuming
+	if err := m.save(ctx, b, rec); err != nil {
+		return saved, err
+	}
+	fail := func(err error) (Record, error) {
+		if derr := rt.Delete(ctx, rec.ID); derr != nil {
+			log.G(ctx).Error("roll back resume", "error", derr)
+		}
+		if serr := m.save(ctx, b, saved); serr != nil {
+			log.G(ctx).Error("record state after failed resume", "error", serr)
+		}
+		return saved, fmt.Errorf("resume %s: %w", rec.ID, err)
+	}
+	mounts, err := lm.Mounts(ctx, rec.ID)
+	if err != nil {
+		return fail(err)
+	}
+	spec := *rec.Spec
+	spec.Rootfs = mounts
+	var dir string
+	if rec.Suspended != nil && rec.Suspended.Memory {
+		dir = m.checkpointDir(rec.ID)
+	}
+	if dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
+			log.G(ctx).Warn("checkpoint missing: starting a fresh agent on the saved files", "error", err)
+			dir = ""
+		}
+	}
+	if err := m.run(ctx, rt, rec.ID, &spec, dir); err != nil {
+		if dir == "" {
+			return fail(err)
+		}
+		// The files are intact: a box that cannot get its processes back
+		// (a kernel or CRIU change since the checkpoint) starts fresh
+		// rather than staying unusable.
+		log.G(ctx).Warn("processes could not be restored: starting a fresh agent on the saved files", "error", err)
+		if derr := rt.Delete(ctx, rec.ID); derr != nil {
+			return fail(fmt.Errorf("%w (and cleaning up: %v)", err, derr))
+		}
+		if mounts, err = lm.Mounts(ctx, rec.ID); err != nil {
+			return fail(err)
+		}
+		spec.Rootfs, dir = mounts, ""
+		if err := m.run(ctx, rt, rec.ID, &spec, ""); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.attachNetwork(ctx, rec); err != nil {
+		return fail(fmt.Errorf("attach network: %w", err))
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	err = m.cfg.AgentReady(rctx, rec.AgentAddr)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("wait for agent: %w", err))
+	}
+	memory := dir != ""
+	rec.State, rec.Suspended = StateRunning, nil
+	if err := m.save(ctx, b, rec); err != nil {
+		return rec, err
+	}
+	if m.cfg.StateDir != "" {
+		if err := os.RemoveAll(m.checkpointDir(rec.ID)); err != nil {
+			log.G(ctx).Warn("remove checkpoint", "error", err)
+		}
+	}
+	b.touch()
+	log.G(ctx).Info("sandbox resumed", "memory", memory, "took", time.Since(start).Round(time.Microsecond))
+	return rec, nil
+}
+
+// freeze makes the sandbox's writable layer safe to copy: a running box is
+// paused and synced (thaw undoes the pause), a paused one synced, a
+// suspended one has nothing in flight.
+func (m *Manager) freeze(ctx context.Context, rec Record) (thaw func(), err error) {
+	rt := m.cfg.Runtimes[rec.Runtime]
+	switch rec.State {
+	case StateSuspended:
+		return func() {}, nil
+	case StateRunning, StatePaused:
+	default:
+		return nil, errState(rec, "it cannot be copied now")
+	}
+	p, ok := rt.(Pauser)
+	s, ok2 := rt.(Syncer)
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("runtime %s cannot freeze and sync a sandbox: %w", rec.Runtime, errdefs.ErrNotImplemented)
+	}
+	thaw = func() {}
+	if rec.State == StateRunning {
+		if err := p.Pause(ctx, rec.ID); err != nil {
+			return nil, fmt.Errorf("freeze %s: %w", rec.ID, err)
+		}
+		thaw = func() {
+			if err := p.Unpause(ctx, rec.ID); err != nil {
+				log.G(ctx).Error("thaw after copy", "sandbox", rec.ID, "error", err)
+			}
+		}
+	}
+	if err := s.Sync(ctx, rec.ID); err != nil {
+		thaw()
+		return nil, fmt.Errorf("sync %s: %w", rec.ID, err)
+	}
+	return thaw, nil
+}
+
+// Snapshot saves the sandbox's file system (its writable layer, on top of
+// its image) as a read-only snapshot named name, which is an image:
+// sandboxes created from it start with a copy of the files. The sandbox
+// is frozen for the copy, which is a reflink where the store allows it.
+func (m *Manager) Snapshot(ctx context.Context, idOrName, name string) (Image, error) {
+	if m.cfg.Snapshots == nil {
+		return Image{}, fmt.Errorf("snapshots are not available: %w", errdefs.ErrNotImplemented)
+	}
+	ds, ok := m.cfg.Layers.(DiskSaver)
+	if !ok {
+		return Image{}, fmt.Errorf("the layer store cannot save disks: %w", errdefs.ErrNotImplemented)
+	}
+	if err := spec.ValidImageName(name); err != nil {
+		return Image{}, invalid("snapshot name: %v", err)
+	}
+	if _, err := m.cfg.Images.Get(ctx, name); err == nil {
+		return Image{}, fmt.Errorf("snapshot name %q is used by an image: %w", name, errdefs.ErrAlreadyExists)
+	} else if !errdefs.IsNotFound(err) {
+		return Image{}, err
+	}
+	var img Image
+	_, err := m.withBox(ctx, idOrName, func(ctx context.Context, b *box, rec Record) (Record, error) {
+		if rec.Spec == nil || rec.Layer == "" {
+			return rec, fmt.Errorf("sandbox %s was made by an older daemon and cannot be snapshotted: %w", rec.ID, errdefs.ErrFailedPrecondition)
+		}
+		start := time.Now()
+		thaw, err := m.freeze(ctx, rec)
+		if err != nil {
+			return rec, err
+		}
+		disk := "snap-" + randomHex(6)
+		sd, err := ds.SaveDisk(ctx, rec.ID, disk)
+		thaw()
+		if err != nil {
+			return rec, fmt.Errorf("snapshot %s: %w", rec.ID, err)
+		}
+		img = Image{
+			Name:      name,
+			TopLayer:  rec.Layer,
+			Env:       slices.Clone(rec.Spec.Env),
+			Workdir:   rec.Spec.Workdir,
+			User:      rec.Spec.User,
+			Binds:     imageBinds(rec.Spec.Binds),
+			Created:   time.Now().UTC().Truncate(time.Millisecond),
+			Size:      sd.UsedBytes,
+			Resources: rec.Resources,
+			Network:   rec.Network,
+			Disk:      disk,
+			DiskBytes: sd.DiskBytes,
+			Origin:    rec.ID,
+		}
+		if err := m.cfg.Snapshots.AddSnapshot(ctx, img); err != nil {
+			if rerr := ds.RemoveDisk(context.WithoutCancel(ctx), disk); rerr != nil {
+				log.G(ctx).Error("remove saved disk of failed snapshot", "error", rerr)
+			}
+			return rec, err
+		}
+		log.G(ctx).Info("sandbox snapshotted", "snapshot", name, "reflinked", sd.Reflinked, "took", time.Since(start).Round(time.Microsecond))
+		return rec, nil
+	})
+	return img, err
+}
+
+// imageBinds drops the binds that the Manager adds to every box itself.
+func imageBinds(bs []Bind) []Bind {
+	return slices.DeleteFunc(slices.Clone(bs), func(b Bind) bool { return b.Target == "/etc/resolv.conf" })
+}
+
+// Fork makes req.Count new sandboxes with copies of the sandbox's file
+// system (and with req.MemoryState, of its processes), its limits, network
+// policy, environment and labels, each with its own ID, hostname, address
+// and CA. The source is frozen only while its disk is cloned. Either every
+// copy is made or none.
+func (m *Manager) Fork(ctx context.Context, idOrName string, req ForkRequest) ([]Record, error) {
+	n := req.Count
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 || n > MaxForkCount {
+		return nil, invalid("count %d must be between 1 and %d", n, MaxForkCount)
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return nil, err
+	}
+	src, err := m.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if src.Spec == nil || src.Layer == "" {
+		return nil, fmt.Errorf("sandbox %s was made by an older daemon and cannot be forked: %w", src.ID, errdefs.ErrFailedPrecondition)
+	}
+	if src.Ephemeral {
+		return nil, fmt.Errorf("sandbox %s belongs to a build and cannot be forked: %w", src.ID, errdefs.ErrFailedPrecondition)
+	}
+	rt := m.cfg.Runtimes[src.Runtime]
+	var ck Checkpointer
+	if req.MemoryState {
+		var ok bool
+		if ck, ok = rt.(Checkpointer); !ok {
+			return nil, fmt.Errorf("runtime %s cannot copy memory state: %w", src.Runtime, errdefs.ErrNotImplemented)
+		}
+		if m.cfg.StateDir == "" {
+			return nil, fmt.Errorf("fork: the manager has no state directory: %w", errdefs.ErrFailedPrecondition)
+		}
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		if ids[i], err = newID(); err != nil {
+			return nil, err
+		}
+	}
+	// Phase 1, with the source's lock: copy its disk (and memory).
+	mounts := make([][]mount.Mount, n)
+	var ckDir string
+	start := time.Now()
+	src, err = m.withBox(ctx, src.ID, func(ctx context.Context, b *box, rec Record) (Record, error) {
+		if req.MemoryState && rec.State == StateSuspended {
+			return rec, errState(rec, "resume it to fork its memory state")
+		}
+		thaw, err := m.freeze(ctx, rec)
+		if err != nil {
+			return rec, err
+		}
+		defer thaw()
+		lctx := context.WithoutCancel(ctx)
+		for i, id := range ids {
+			mounts[i], err = m.cfg.Layers.Prepare(lctx, id, rec.Layer, PrepareOpts{FromActive: rec.ID})
+			if err != nil {
+				for _, done := range ids[:i] {
+					_ = m.cfg.Layers.Remove(lctx, done)
+				}
+				return rec, fmt.Errorf("fork %s: copy disk: %w", rec.ID, err)
+			}
+		}
+		if ck != nil {
+			ckDir = filepath.Join(m.cfg.StateDir, "checkpoints", "fork-"+ids[0])
+			if err := os.MkdirAll(ckDir, 0o700); err == nil {
+				if m.cfg.DropAgentConns != nil {
+					m.cfg.DropAgentConns(rec.AgentAddr)
+				}
+				err = ck.Checkpoint(ctx, rec.ID, ckDir, true)
+			}
+			if err != nil {
+				_ = os.RemoveAll(ckDir)
+				for _, id := range ids {
+					_ = m.cfg.Layers.Remove(lctx, id)
+				}
+				return rec, fmt.Errorf("fork %s: %w", rec.ID, err)
+			}
+		}
+		return rec, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	copied := time.Since(start)
+	if ckDir != "" {
+		defer os.RemoveAll(ckDir)
+	}
+	// Phase 2: start the copies, in parallel.
+	out := make([]Record, n)
+	var g errgroup.Group
+	g.SetLimit(4)
+	for i, id := range ids {
+		g.Go(func() error {
+			p := plan{rec: cloneRecord(src), spec: *src.Spec, image: Image{TopLayer: src.Layer}}
+			p.rec.Name, p.rec.Pool, p.rec.Suspended, p.rec.Origin = "", "", nil, src.ID
+			p.rec.Deadline = time.Time{}
+			if len(req.Labels) > 0 {
+				if p.rec.Labels == nil {
+					p.rec.Labels = map[string]string{}
+				}
+				for k, v := range req.Labels {
+					p.rec.Labels[k] = v
+				}
+			}
+			if p.rec.Network != nil {
+				set := *p.rec.Network
+				p.rec.Network = &set
+			}
+			rec, err := m.build(ctx, p, id, buildOpts{mounts: mounts[i], restore: ckDir})
+			out[i] = rec
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		for _, r := range out {
+			if r.ID != "" {
+				_ = m.Delete(context.WithoutCancel(ctx), r.ID, true)
+			}
+		}
+		return nil, fmt.Errorf("fork %s: %w", src.ID, err)
+	}
+	log.G(ctx).Info("sandbox forked", "sandbox", src.ID, "count", n, "memory", req.MemoryState, "copy", copied.Round(time.Microsecond), "took", time.Since(start).Round(time.Microsecond))
+	return out, nil
+}
+
+// reapIdle suspends or removes the sandboxes idle for longer than their
+// idle timeout, until stop is closed.
+func (m *Manager) reapIdle(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTicker(idleTick)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	busy := map[string]bool{}
+	var busyMu sync.Mutex
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		var due []Record
+		m.mu.Lock()
+		for _, b := range m.boxes {
+			r := b.rec
+			if r.IdleTimeout <= 0 || r.Pool != "" || b.gone || (r.State != StateRunning && r.State != StatePaused) {
+				continue
+			}
+			if now-b.active.Load() >= int64(r.IdleTimeout) {
+				due = append(due, r)
+			}
+		}
+		m.mu.Unlock()
+		for _, r := range due {
+			busyMu.Lock()
+			if busy[r.ID] {
+				busyMu.Unlock()
+				continue
+			}
+			busy[r.ID] = true
+			busyMu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { busyMu.Lock(); delete(busy, r.ID); busyMu.Unlock() }()
+				m.idle(log.With(ctx, "sandbox", r.ID), r)
+			}()
+		}
+	}
+}
+
+// idle applies r's idle action.
+func (m *Manager) idle(ctx context.Context, r Record) {
+	log.G(ctx).Info("sandbox idle", "idle_timeout", r.IdleTimeout, "action", r.IdleAction)
+	if r.IdleAction == IdleRemove {
+		if err := m.Delete(ctx, r.ID, true); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).Error("remove idle sandbox", "error", err)
+		}
+		return
+	}
+	_, err := m.Suspend(ctx, r.ID, SuspendRequest{})
+	if err != nil && (errors.Is(err, ErrCheckpoint) || errdefs.IsFailedPrecondition(err)) {
+		log.G(ctx).Warn("idle sandbox: memory state cannot be saved, keeping its file system only", "error", err)
+		_, err = m.Suspend(ctx, r.ID, SuspendRequest{FilesystemOnly: true})
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		log.G(ctx).Error("suspend idle sandbox", "error", err)
+		if b, lerr := m.lookup(r.ID); lerr == nil {
+			b.touch() // try again after another idle period
+		}
+	}
+}
+
+// dirSize is the bytes of the regular files under dir.
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
