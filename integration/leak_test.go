@@ -32,6 +32,9 @@ func (d *daemon) leftovers() []string {
 				continue
 			}
 			mp := fields[4]
+			if mp == filepath.Join(d.root, "overlay", "disks") {
+				continue // the layer store's disk volume, not a sandbox's
+			}
 			if strings.HasPrefix(mp, d.root+"/") || strings.HasPrefix(mp, d.run+"/") {
 				found = append(found, "mount "+mp+" (in "+mf+")")
 			}
@@ -41,8 +44,9 @@ func (d *daemon) leftovers() []string {
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, l := range loops {
 		b, err := os.ReadFile(l)
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), d.root+"/") {
-			found = append(found, "loop device "+l+" -> "+strings.TrimSpace(string(b)))
+		back := strings.TrimSpace(string(b))
+		if err == nil && strings.HasPrefix(back, d.root+"/") && back != filepath.Join(d.root, "overlay", "disks.img") {
+			found = append(found, "loop device "+l+" -> "+back)
 		}
 	}
 	cgDirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + d.cgroup + "/*")
@@ -68,6 +72,12 @@ func (d *daemon) leftovers() []string {
 	}
 	return found
 }
+
+// diskVolume is the mount point of the layer store's disk volume (an XFS
+// file the daemon mounts when the store's file system cannot reflink): it
+// belongs to the daemon, not to a sandbox, and is unmounted when the daemon
+// stops with no sandbox left.
+func (d *daemon) diskVolume() string { return filepath.Join(d.root, "overlay", "disks") }
 
 // netState is the host's network namespaces (held by any process) and
 // network links, to compare before and after.

@@ -156,7 +156,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		StateDir:  filepath.Join(cfg.Root, "sandboxes"),
 		Snapshots: images,
 		InitAgent: initAgent,
-		Network:   netsvc,
+		DropAgentConns: func(addr string) {
+			if a := d.api; a != nil {
+				a.DropAgentConns(addr)
+			}
+		},
+		Network: netsvc,
 		SecretExists: func(name string) error {
 			_, err := secretStore.Get(name)
 			return err
@@ -242,6 +247,10 @@ func (d *Daemon) TunnelHandler() http.Handler {
 		Registry: d.tunnels,
 		Domain:   d.cfg.Tunnels.Domain,
 		Dial: func(ctx context.Context, id string, port int) (net.Conn, error) {
+			// A tunnel request is activity, and resumes a parked box.
+			if _, err := d.manager.EnsureRunning(ctx, id); err != nil {
+				return nil, err
+			}
 			_, pid, err := d.manager.AgentPid(ctx, id)
 			if err != nil {
 				return nil, err

@@ -677,7 +677,7 @@ func (m *Manager) reapIdle(ctx context.Context, stop <-chan struct{}) {
 			go func() {
 				defer wg.Done()
 				defer func() { busyMu.Lock(); delete(busy, r.ID); busyMu.Unlock() }()
-				m.idle(log.With(ctx, "sandbox", r.ID), r)
+				m.idle(ctx, r)
 			}()
 		}
 	}
@@ -685,20 +685,20 @@ func (m *Manager) reapIdle(ctx context.Context, stop <-chan struct{}) {
 
 // idle applies r's idle action.
 func (m *Manager) idle(ctx context.Context, r Record) {
-	log.G(ctx).Info("sandbox idle", "idle_timeout", r.IdleTimeout, "action", r.IdleAction)
+	log.G(ctx).Info("sandbox idle", "sandbox", r.ID, "idle_timeout", r.IdleTimeout, "action", r.IdleAction)
 	if r.IdleAction == IdleRemove {
 		if err := m.Delete(ctx, r.ID, true); err != nil && !errdefs.IsNotFound(err) {
-			log.G(ctx).Error("remove idle sandbox", "error", err)
+			log.G(ctx).Error("remove idle sandbox", "sandbox", r.ID, "error", err)
 		}
 		return
 	}
 	_, err := m.Suspend(ctx, r.ID, SuspendRequest{})
 	if err != nil && (errors.Is(err, ErrCheckpoint) || errdefs.IsFailedPrecondition(err)) {
-		log.G(ctx).Warn("idle sandbox: memory state cannot be saved, keeping its file system only", "error", err)
+		log.G(ctx).Warn("idle sandbox: memory state cannot be saved, keeping its file system only", "sandbox", r.ID, "error", err)
 		_, err = m.Suspend(ctx, r.ID, SuspendRequest{FilesystemOnly: true})
 	}
 	if err != nil && !errdefs.IsNotFound(err) {
-		log.G(ctx).Error("suspend idle sandbox", "error", err)
+		log.G(ctx).Error("suspend idle sandbox", "sandbox", r.ID, "error", err)
 		if b, lerr := m.lookup(r.ID); lerr == nil {
 			b.touch() // try again after another idle period
 		}
