@@ -105,6 +105,12 @@ disk_pool_size = 2
 				t.Logf("daemon log:\n%s", tail(string(b), 60))
 			}
 		}
+		// A failed test may leave sandboxes, and with them the store's disk
+		// volume, behind: never delete files under a mount.
+		if strings.Contains(readFile("/proc/self/mountinfo"), " "+d.diskVolume()+" ") {
+			t.Errorf("disk volume %s still mounted after the daemon stopped; unmounting it", d.diskVolume())
+			_ = syscall.Unmount(d.diskVolume(), syscall.MNT_DETACH)
+		}
 		os.RemoveAll(base)
 	})
 	return d
