@@ -24,7 +24,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +34,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/osthread"
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
@@ -293,19 +293,16 @@ func (l *netLab) newNetns() error {
 		err error
 	}
 	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
+	osthread.Locked(func() bool {
 		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
-			runtime.UnlockOSThread()
 			ch <- result{err: err}
-			return
+			return true
 		}
 		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("unshare netns: %w", err)}
-			return
+			return true
 		}
 		f, ferr := os.Open("/proc/thread-self/ns/net")
 		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
@@ -314,11 +311,11 @@ func (l *netLab) newNetns() error {
 				f.Close()
 			}
 			ch <- result{err: fmt.Errorf("return to host netns: %w", err)}
-			return
+			return false
 		}
-		runtime.UnlockOSThread()
 		ch <- result{f, ferr}
-	}()
+		return true
+	})
 	r := <-ch
 	if r.err != nil {
 		return fmt.Errorf("create lab netns: %w", r.err)
@@ -336,29 +333,26 @@ func (l *netLab) newNetns() error {
 // sockets that fn creates, and processes that it starts, live in the lab.
 func (l *netLab) inLab(fn func() error) error {
 	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	osthread.Locked(func() bool {
 		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
-			runtime.UnlockOSThread()
 			ch <- err
-			return
+			return true
 		}
 		defer orig.Close()
 		if err := unix.Setns(int(l.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
 			ch <- fmt.Errorf("enter lab netns: %w", err)
-			return
+			return true
 		}
 		ferr := fn()
 		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
 			// The thread stays locked and exits with this goroutine.
 			ch <- errors.Join(ferr, fmt.Errorf("return to host netns: %w", err))
-			return
+			return false
 		}
-		runtime.UnlockOSThread()
 		ch <- ferr
-	}()
+		return true
+	})
 	return <-ch
 }
 

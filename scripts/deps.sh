@@ -50,6 +50,9 @@ PIN
 	newer=()
 	criu --version 2>/dev/null | grep -q '^Version: [4-9]' || newer+=(criu)
 	crun --version 2>/dev/null | grep -q '+CRIU' || newer+=(crun)
+	# crun loads libcriu.so.2 at run time (a Recommends, which
+	# --no-install-recommends skips): without it every checkpoint fails.
+	dpkg-query -W -f='${Status}' libcriu2 2>/dev/null | grep -q 'install ok installed' || newer+=(libcriu2)
 	runc --version 2>/dev/null | grep -qE '^runc version 1\.(1\.1[5-9]|[2-9])' || newer+=(runc)
 	command -v podman >/dev/null 2>&1 || newer+=(podman)
 	if ((${#newer[@]})); then
@@ -57,7 +60,7 @@ PIN
 	fi
 else
 	missing=()
-	for p in criu podman; do
+	for p in criu libcriu2 podman; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
 	if ((${#missing[@]})); then

@@ -11,8 +11,10 @@ type Config struct {
 	// ListenFD is an inherited, already listening socket (the runtime passes
 	// fd 3). Used when > 0 and Listen is empty.
 	ListenFD int
-	// Listen is an address to listen on instead: "unix:///path/agent.sock"
-	// or "tcp://127.0.0.1:0" (tests).
+	// Listen is an address to listen on instead: "unix:///path/agent.sock",
+	// "unix://@name" (an abstract socket, which accepts only peers outside
+	// the agent's pid namespace, as an inherited one does; see Listen) or
+	// "tcp://127.0.0.1:0" (tests).
 	Listen string
 	// CgroupPath is where the box's own cgroup is mounted (default
 	// /sys/fs/cgroup); used for OOM detection and memory metrics.

@@ -73,9 +73,11 @@ func Transport(addr string) (*http.Transport, string, error) {
 		IdleConnTimeout:     90 * time.Second,
 		// A PING keeps long-idle streams (background commands) honest.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	}
+	if !strings.HasPrefix(addr, "http://") { // http:// dials the request's host
+		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return Dial(ctx, addr)
-		},
+		}
 	}
 	return t, base, nil
 }

@@ -20,8 +20,16 @@ func TestTransportAddresses(t *testing.T) {
 		wantErr  error
 	}{
 		{"unix:///run/corral/x/agent.sock", "http://agent", nil},
+		{"unix-abstract:///run/corral/sandboxes/x/netns#corral-agent", "http://agent", nil},
+		{"unix-abstract:///proc/1/ns/net#a#b", "http://agent", nil},
 		{"http://127.0.0.1:49983/", "http://127.0.0.1:49983", nil},
+		{"http://127.0.0.1:49983/v1/sandboxes/x/agent", "http://127.0.0.1:49983/v1/sandboxes/x/agent", nil},
+		{"tcp://127.0.0.1:49983", "http://agent", nil},
 		{"unix://", "", errdefs.ErrInvalidArgument},
+		{"unix-abstract:///run/x/netns", "", errdefs.ErrInvalidArgument},
+		{"unix-abstract:///run/x/netns#", "", errdefs.ErrInvalidArgument},
+		{"unix-abstract://#name", "", errdefs.ErrInvalidArgument},
+		{"unix-abstract://relative/netns#name", "", errdefs.ErrInvalidArgument},
 		{"vsock://3:1024", "", errdefs.ErrNotImplemented},
 		{"ftp://x", "", errdefs.ErrInvalidArgument},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -11,15 +12,15 @@ import (
 
 // Address schemes understood by Dial.
 const (
-	// SchemeUnixAbstract is "unix-abstract://<netns file>#<name>": the
-	// abstract unix socket "@<name>" of the network namespace that the file
-	// refers to (an nsfs bind mount, or /proc/<pid>/ns/net). The dialer
-	// creates its socket from an OS thread that has joined that namespace
-	// (a socket keeps the namespace it was made in), so the agent's socket
-	// is reachable only by processes allowed to setns into the box's
-	// network namespace: root on the host, never the box's own processes
-	// (they can reach the name but the agent refuses them, see
-	// internal/agent).
+	// SchemeUnixAbstract is "unix-abstract://<netns file>#<name>" (the
+	// name follows the last '#'): the abstract unix socket "@<name>" of
+	// the network namespace that the file refers to (an nsfs bind mount,
+	// or /proc/<pid>/ns/net). The dialer makes its socket from an OS
+	// thread that has joined that namespace (a socket keeps the namespace
+	// it was made in), so from the host the agent's socket is reachable
+	// only by processes allowed to setns into the box's network
+	// namespace. The box's own processes can reach the name but the agent
+	// refuses them (see internal/agent).
 	SchemeUnixAbstract = "unix-abstract://"
 	// SchemeUnix is "unix:///path/to.sock", a unix socket by path.
 	SchemeUnix = "unix://"
@@ -32,7 +33,7 @@ func UnixAbstractAddr(nsFile, name string) string {
 }
 
 // Dial connects to the agent at addr: "unix-abstract://<netns file>#<name>",
-// "unix:///path.sock", "tcp://host:port" or "http://host:port". Other
+// "unix:///path.sock", "tcp://host:port" or "http://host:port[/base]". Other
 // schemes are errdefs.ErrNotImplemented (vsock://) or
 // errdefs.ErrInvalidArgument.
 func Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -41,8 +42,8 @@ func Dial(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	if network == "unix-abstract" {
-		ns, name, _ := strings.Cut(target, "#")
-		c, err := dialAbstract(ctx, ns, name)
+		i := strings.LastIndexByte(target, '#')
+		c, err := dialAbstract(ctx, target[:i], target[i+1:])
 		if err != nil {
 			return nil, fmt.Errorf("dial agent %s: %w", addr, err)
 		}
@@ -53,7 +54,8 @@ func Dial(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // parse splits addr into a network for net.Dial ("unix", "tcp", or
-// "unix-abstract" with "<netns file>#<name>") and its target.
+// "unix-abstract" with "<netns file>#<name>", split at the last '#') and
+// its target.
 func parse(addr string) (network, target string, err error) {
 	switch {
 	case strings.HasPrefix(addr, SchemeUnixAbstract):
@@ -72,7 +74,11 @@ func parse(addr string) (network, target string, err error) {
 	case strings.HasPrefix(addr, "tcp://"):
 		return "tcp", strings.TrimPrefix(addr, "tcp://"), nil
 	case strings.HasPrefix(addr, "http://"):
-		return "tcp", strings.TrimSuffix(strings.TrimPrefix(addr, "http://"), "/"), nil
+		u, err := url.Parse(addr)
+		if err != nil || u.Host == "" {
+			return "", "", fmt.Errorf("agent address %q: %w", addr, errdefs.ErrInvalidArgument)
+		}
+		return "tcp", u.Host, nil
 	case strings.HasPrefix(addr, "vsock://"):
 		return "", "", fmt.Errorf("agent address %q: vsock: %w", addr, errdefs.ErrNotImplemented)
 	}

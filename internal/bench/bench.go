@@ -33,6 +33,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/client"
 )
@@ -175,8 +177,6 @@ type Report struct {
 	Density    []Density          `json:"density,omitempty"`
 	// Suspend holds the size of suspended sandboxes' saved state.
 	Suspend *SuspendSize `json:"suspend,omitempty"`
-	// Missing lists measurements this build could not make, and why.
-	Missing []string `json:"missing,omitempty"`
 }
 
 // Result names of Corral's own series.
@@ -272,6 +272,14 @@ type run struct {
 // is removed before Run returns.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("bench needs a client: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, s := range cfg.Sections {
+		if !slices.Contains(AllSections, s) {
+			return nil, fmt.Errorf("unknown section %q (want %s): %w", s, strings.Join(AllSections, ", "), errdefs.ErrInvalidArgument)
+		}
+	}
 	if cfg.WorkDir == "" {
 		d, err := os.MkdirTemp("", "corral-bench-")
 		if err != nil {
@@ -302,8 +310,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.density(ctx)
 		case SectionOps:
 			r.ops(ctx)
-		default:
-			return nil, fmt.Errorf("unknown section %q (want %v)", s, AllSections)
 		}
 		if err := ctx.Err(); err != nil {
 			return r.rep, err
@@ -362,7 +368,8 @@ func (r *run) sweep(ctx context.Context) {
 		}
 	}
 	_, _, _ = parallel(ctx, 2*runtimeNumCPU(), len(ids), func(ctx context.Context, i int) error {
-		return r.cfg.Client.RemoveSandbox(ctx, ids[i], true)
+		_ = r.cfg.Client.RemoveSandbox(ctx, ids[i], true) // best effort: try them all
+		return nil
 	})
 }
 

@@ -6,11 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/client"
 )
 
 func TestSummarize(t *testing.T) {
@@ -168,6 +173,60 @@ func TestPrintSections(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Print output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMs(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		900 * time.Microsecond:     "0.9 ms",
+		976 * time.Microsecond:     "0.976 ms",
+		2773 * time.Microsecond:    "2.77 ms",
+		61340 * time.Microsecond:   "61.3 ms",
+		141325 * time.Microsecond:  "141 ms",
+		1019885 * time.Microsecond: "1020 ms",
+		40 * time.Millisecond:      "40 ms",
+		0:                          "0 ms",
+	} {
+		if got := ms(d); got != want {
+			t.Errorf("ms(%s) = %q; want %q", d, got, want)
+		}
+	}
+}
+
+func TestRunValidates(t *testing.T) {
+	if _, err := Run(t.Context(), Config{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Run without a client = %v; want invalid argument", err)
+	}
+	c, err := client.New(client.WithHost("unix:///nonexistent/corral.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(t.Context(), Config{Client: c, Sections: []string{"lifecycle", "speed"}})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `"speed"`) {
+		t.Errorf("Run with an unknown section = %v; want invalid argument naming it", err)
+	}
+}
+
+func TestRemoveCgroups(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"memory/x/conmon", "memory/x/libpod-1", "cpu/x", "x/conmon", "memory/y", "pids/busy/x-not"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A cgroup that cannot go (here: not empty) stays, its parent too.
+	os.MkdirAll(filepath.Join(root, "pids/x/held"), 0o755)
+	os.WriteFile(filepath.Join(root, "pids/x/held/tasks"), []byte("1"), 0o644)
+	removeCgroups(root, "x")
+	for _, gone := range []string{"memory/x", "cpu/x", "x"} {
+		if _, err := os.Stat(filepath.Join(root, gone)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there (%v)", gone, err)
+		}
+	}
+	for _, kept := range []string{"memory/y", "pids/busy/x-not", "pids/x/held"} {
+		if _, err := os.Stat(filepath.Join(root, kept)); err != nil {
+			t.Errorf("%s was removed: %v", kept, err)
 		}
 	}
 }

@@ -158,7 +158,7 @@ text { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; fon
 .group { font-size: 13px; font-weight: 600; }
 .corral { fill: #2b6cb0; }
 .peer { fill: #a0aec0; }
-.value { fill: #1a202c; }
+.value { fill: #1a202c; paint-order: stroke; stroke: #ffffff; stroke-width: 3px; }
 .note { fill: #c53030; font-style: italic; }
 .target { stroke: #e53e3e; stroke-width: 1.5; stroke-dasharray: 5 3; }
 .targetlabel { fill: #c53030; font-size: 11px; }
@@ -234,6 +234,15 @@ func WriteSVG(w io.Writer, c Chart) error {
 		scale := chartMax(g)
 		x0 := float64(labelWidth)
 		top := y
+		bottom := top + float64(len(g.Bars)-1)*rowHeight + barHeight
+		if g.Target > 0 {
+			// Drawn first: the bars' values are written over it.
+			tx := round1(x0 + g.Target/scale*barSpace)
+			gr.Items = append(gr.Items,
+				svgLine{Class: "target", X1: tx, Y1: top - 6, X2: tx, Y2: bottom + 4},
+				svgText{Class: "targetlabel", X: tx + 4, Y: top - 1, Text: g.TargetLabel},
+			)
+		}
 		for _, b := range g.Bars {
 			width := 0.0
 			if b.Note == "" && b.Value > 0 {
@@ -254,14 +263,7 @@ func WriteSVG(w io.Writer, c Chart) error {
 			}
 			y += rowHeight
 		}
-		gr.Items = append(gr.Items, svgLine{Class: "axis", X1: x0, Y1: top - 3, X2: x0, Y2: y - rowHeight + barHeight + 3})
-		if g.Target > 0 {
-			tx := round1(x0 + g.Target/scale*barSpace)
-			gr.Items = append(gr.Items,
-				svgLine{Class: "target", X1: tx, Y1: top - 6, X2: tx, Y2: y - rowHeight + barHeight + 4},
-				svgText{Class: "targetlabel", X: tx + 4, Y: top - 1, Text: g.TargetLabel},
-			)
-		}
+		gr.Items = append(gr.Items, svgLine{Class: "axis", X1: x0, Y1: top - 3, X2: x0, Y2: bottom + 3})
 		doc.Items = append(doc.Items, gr)
 	}
 	doc.Height = int(y) + 24

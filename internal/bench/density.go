@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -52,6 +53,11 @@ type Density struct {
 	AvailableAfter  int64 `json:"mem_available_after"`
 	// PerBox is (AvailableBefore - AvailableIdle) / Running.
 	PerBox int64 `json:"per_box_bytes"`
+	// Accounted is the unreclaimable memory per box summed from its parts:
+	// the boxes' processes' PSS, the daemon's RSS growth and the growth of
+	// KernelStack, PageTables, SUnreclaim and Percpu. Page cache that other
+	// programs fill or drop meanwhile moves PerBox but not Accounted.
+	Accounted int64 `json:"accounted_per_box_bytes"`
 	// Growth is the growth of each of MeminfoFields with the boxes idle.
 	Growth map[string]int64 `json:"meminfo_growth"`
 	// Processes are the boxes' processes (Corral: the agents), with their
@@ -70,7 +76,14 @@ type Density struct {
 	// Returned is the fraction of the memory the boxes took that was
 	// available again after they were removed.
 	Returned float64 `json:"returned"`
-	Err      string  `json:"error,omitempty"`
+	// Leftover is, for each of MeminfoFields, after removal - before the
+	// boxes: what did not come back (or came back in excess).
+	Leftover map[string]int64 `json:"meminfo_leftover"`
+	// MemcgsLeft is how many more memory cgroups the kernel counts after
+	// removal than before (/proc/cgroups): removed cgroups that still hold
+	// charged pages ("dying") show up here.
+	MemcgsLeft int    `json:"memcgs_left"`
+	Err        string `json:"error,omitempty"`
 }
 
 // Meminfo is /proc/meminfo in bytes (fields given in kB are converted).
@@ -144,6 +157,42 @@ func returnedFraction(before, idle, after int64) float64 {
 		return 1
 	}
 	return float64(after-idle) / float64(used)
+}
+
+// accounted is (processes + the growth of the kernel's unreclaimable
+// counters) / n.
+func accounted(g map[string]int64, processes int64, n int) int64 {
+	if n <= 0 {
+		return 0
+	}
+	sum := processes
+	for _, f := range []string{"KernelStack", "PageTables", "SUnreclaim", "Percpu"} {
+		sum += g[f]
+	}
+	return sum / int64(n)
+}
+
+// memcgs is the number of memory cgroups in /proc/cgroups, or -1.
+func memcgs() int {
+	b, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		return -1
+	}
+	return parseCgroupsCount(string(b), "memory")
+}
+
+// parseCgroupsCount returns num_cgroups of subsystem in /proc/cgroups'
+// format, or -1.
+func parseCgroupsCount(s, subsystem string) int {
+	for l := range strings.Lines(s) {
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == subsystem {
+			if n, err := strconv.Atoi(f[2]); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // Rollup is the part of /proc/<pid>/smaps_rollup a density report uses,
@@ -334,6 +383,7 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 		return fail(err)
 	}
 	daemonBefore := rssOf(b.daemonPID)
+	memcgsBefore := memcgs()
 
 	var mu sync.Mutex
 	ids := make([]string, 0, n) // guarded by mu
@@ -350,12 +400,19 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	})
 	d.Start = time.Since(start)
 	d.Running = len(ids)
+	// removeAll tries every box and returns the first error.
 	removeAll := func() error {
-		rctx := context.WithoutCancel(ctx)
-		_, _, err := parallel(rctx, workers, len(ids), func(ctx context.Context, i int) error {
-			return b.remove(ctx, ids[i])
+		var errMu sync.Mutex
+		var first error
+		_, _, _ = parallel(context.WithoutCancel(ctx), workers, len(ids), func(ctx context.Context, i int) error {
+			if err := b.remove(ctx, ids[i]); err != nil {
+				errMu.Lock()
+				first = cmp.Or(first, err)
+				errMu.Unlock()
+			}
+			return nil
 		})
-		return err
+		return first
 	}
 	if startErr != nil {
 		d.Err = fmt.Sprintf("started %d of %d: %v", len(ids), n, startErr)
@@ -379,6 +436,7 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	d.PerBox = perBox(d.AvailableBefore, d.AvailableIdle, d.Running)
 	d.Growth = growth(before, idle, MeminfoFields)
 	d.Processes, d.RSS, d.PSS, d.PSSAnon, d.Threads = st.Processes, st.RSS, st.PSS, st.PSSAnon, st.Threads
+	d.Accounted = accounted(d.Growth, d.PSS+d.DaemonRSSGrowth, d.Running)
 
 	if b.check != nil {
 		r.progress("%s density: exec true in each of %d boxes", b.name, len(ids))
@@ -405,6 +463,12 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	}
 	d.AvailableAfter = after["MemAvailable"]
 	d.Returned = returnedFraction(d.AvailableBefore, d.AvailableIdle, d.AvailableAfter)
+	d.Leftover = growth(before, after, MeminfoFields)
+	if memcgsBefore >= 0 {
+		if n := memcgs(); n >= 0 {
+			d.MemcgsLeft = n - memcgsBefore
+		}
+	}
 	return d
 }
 

@@ -122,3 +122,27 @@ func TestSizeName(t *testing.T) {
 		}
 	}
 }
+
+func TestAccounted(t *testing.T) {
+	g := map[string]int64{"KernelStack": 100, "PageTables": 20, "SUnreclaim": 60, "Percpu": 20, "Cached": 1 << 40, "AnonPages": 1 << 40}
+	if got := accounted(g, 800, 10); got != 100 {
+		t.Errorf("accounted = %d; want (800 + 200) / 10 = 100 (page cache and AnonPages left out)", got)
+	}
+	if got := accounted(g, 800, 0); got != 0 {
+		t.Errorf("accounted of no box = %d; want 0", got)
+	}
+}
+
+func TestParseCgroupsCount(t *testing.T) {
+	const cgroups = `#subsys_name	hierarchy	num_cgroups	enabled
+cpuset	3	42	1
+memory	4	132	1
+pids	8	42	1
+`
+	if got := parseCgroupsCount(cgroups, "memory"); got != 132 {
+		t.Errorf("parseCgroupsCount(memory) = %d; want 132", got)
+	}
+	if got := parseCgroupsCount(cgroups, "hugetlb"); got != -1 {
+		t.Errorf("parseCgroupsCount(hugetlb) = %d; want -1", got)
+	}
+}

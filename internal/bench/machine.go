@@ -24,9 +24,13 @@ type Machine struct {
 	Daemon string `json:"daemon,omitempty"`
 	// Versions are the first lines of the peers' --version.
 	Versions map[string]string `json:"versions,omitempty"`
+	// LoadAvg is /proc/loadavg's 1, 5 and 15 minute load when the run
+	// started: other work on the host skews every figure.
+	LoadAvg string `json:"loadavg,omitempty"`
 }
 
-// String is a one-line summary: "linux 6.1.0, 2 CPUs (model), 23.5 GiB RAM, cgroup hybrid".
+// String is a one-line summary: "linux 6.1.0, 2 CPUs (model), 23.5 GiB RAM,
+// cgroup hybrid, load 0.10 0.20 0.30 at start".
 func (m Machine) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "linux %s, %d CPUs", m.Kernel, m.CPUs)
@@ -37,6 +41,9 @@ func (m Machine) String() string {
 	if m.Cgroup != "" {
 		fmt.Fprintf(&b, ", cgroup %s", m.Cgroup)
 	}
+	if m.LoadAvg != "" {
+		fmt.Fprintf(&b, ", load %s at start", m.LoadAvg)
+	}
 	return b.String()
 }
 
@@ -44,6 +51,11 @@ func machineInfo(ctx context.Context, c *client.Client, peers []string) Machine 
 	m := Machine{CPUs: runtimeNumCPU(), Versions: map[string]string{}}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
 	}
 	if mi, err := readMeminfo(); err == nil {
 		m.MemTotal = mi["MemTotal"]

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	goruntime "runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/osthread"
 )
 
 // nsThread is one locked OS thread in a private mount namespace from which
@@ -27,9 +28,8 @@ const unifiedMount = "/sys/fs/cgroup/unified"
 func newNSThread() (*nsThread, error) {
 	t := &nsThread{reqs: make(chan func()), done: make(chan struct{})}
 	errc := make(chan error, 1)
-	go func() {
+	osthread.Throwaway(func() { // the thread dies with the goroutine
 		defer close(t.done)
-		goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
 		if err := privateMountNS(); err != nil {
 			errc <- err
 			return
@@ -38,7 +38,7 @@ func newNSThread() (*nsThread, error) {
 		for fn := range t.reqs {
 			fn()
 		}
-	}()
+	})
 	if err := <-errc; err != nil {
 		return nil, err
 	}

@@ -169,19 +169,23 @@ func (r *run) suspend(ctx context.Context) {
 	})
 }
 
+// maxPoolSize is the daemon's largest pool (sandbox.MaxPoolSize).
+const maxPoolSize = 1024
+
 // pool times create -> first exec (-> remove) with a warm pool of the
 // run's image ready, a pool large enough that every timed create can take
-// a ready sandbox.
+// a ready sandbox (up to maxPoolSize of them).
 func (r *run) pool(ctx context.Context) {
 	c := r.cfg.Client
 	r.progress("%s x%d", NamePoolExec, r.cfg.Lifecycles)
 	full, toExec, err := func() ([]time.Duration, []time.Duration, error) {
-		p, err := c.SetPool(ctx, client.PoolSpec{Image: r.cfg.Image, Runtime: r.cfg.Runtime, Size: r.cfg.Lifecycles})
+		size := min(r.cfg.Lifecycles, maxPoolSize)
+		p, err := c.SetPool(ctx, client.PoolSpec{Image: r.cfg.Image, Runtime: r.cfg.Runtime, Size: size})
 		if err != nil {
 			return nil, nil, fmt.Errorf("set pool: %w", err)
 		}
 		defer c.RemovePool(context.WithoutCancel(ctx), p.Key)
-		if err := r.waitPool(ctx, p.Key, r.cfg.Lifecycles); err != nil {
+		if err := r.waitPool(ctx, p.Key, size); err != nil {
 			return nil, nil, err
 		}
 		req := r.createRequest()

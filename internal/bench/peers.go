@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // peer does the lifecycle of /bin/true with another tool on the same
@@ -136,6 +138,7 @@ var podmanHostDirs = []string{"/run/containers", "/var/lib/containers"}
 
 // PodmanGlobalFlags are the podman flags the peer runs with: storage of its
 // own under the bench's work directory (never the host's podman storage),
+// crun's state and seccomp cache there too (else /run/crun/.cache),
 // cgroupfs because the cgroup-v1 hybrid hosts we run on have no systemd
 // cgroup manager to talk to, and file events because there may be no
 // journald. podman itself runs from the private mount namespace the daemon
@@ -145,15 +148,21 @@ func PodmanGlobalFlags(dir string) []string {
 		"--root", filepath.Join(dir, "root"),
 		"--runroot", filepath.Join(dir, "runroot"),
 		"--tmpdir", filepath.Join(dir, "tmp"),
+		"--runtime-flag", "root=" + filepath.Join(dir, "crun"),
 		"--storage-driver", "overlay",
 		"--cgroup-manager", "cgroupfs",
 		"--events-backend", "file",
 	}
 }
 
-// PodmanRunFlags are the flags of the timed `podman run`: no network,
-// like a Corral sandbox by default, and never a pull.
-var PodmanRunFlags = []string{"run", "--rm", "--pull", "never", "--network", "none"}
+// PodmanRunFlags are the flags of the timed `podman run` under the cgroup
+// parent cgroup: no network, like a Corral sandbox by default, and never a
+// pull. The cgroup parent (podman's default is libpod_parent, which it
+// leaves behind) holds conmon's and the containers' cgroups and is removed
+// at the end.
+func PodmanRunFlags(cgroup string) []string {
+	return []string{"run", "--rm", "--pull", "never", "--network", "none", "--cgroup-parent", "/" + cgroup}
+}
 
 // podman runs `podman run --rm` of /bin/true in an image imported from
 // the busybox root, with storage of its own under the work directory.
@@ -174,6 +183,8 @@ func (r *run) podman(ctx context.Context) (*peer, error) {
 	}
 	dir := filepath.Join(r.cfg.WorkDir, "podman")
 	global := PodmanGlobalFlags(dir)
+	cgroup := "corral-bench-podman-" + r.id
+	runFlags := PodmanRunFlags(cgroup)
 	cmd := func(ctx context.Context, args ...string) *exec.Cmd {
 		c := exec.CommandContext(ctx, bin, append(global[:len(global):len(global)], args...)...)
 		c.Env = append(os.Environ(), "PODMAN_IGNORE_CGROUPSV1_WARNING=1")
@@ -187,6 +198,7 @@ func (r *run) podman(ctx context.Context) (*peer, error) {
 		for _, d := range made {
 			_ = os.RemoveAll(d)
 		}
+		removeCgroups(cgroupRoot, cgroup)
 	}
 	tarball := filepath.Join(r.cfg.WorkDir, "rootfs.tar")
 	if err := tarDir(r.rootfs, tarball); err != nil {
@@ -199,11 +211,37 @@ func (r *run) podman(ctx context.Context) (*peer, error) {
 	return &peer{
 		name: "podman",
 		run: func(ctx context.Context, _ int) error {
-			_, err := ns.run(cmd(ctx, append(PodmanRunFlags[:len(PodmanRunFlags):len(PodmanRunFlags)], podmanImage, "/bin/true")...))
+			_, err := ns.run(cmd(ctx, append(runFlags[:len(runFlags):len(runFlags)], podmanImage, "/bin/true")...))
 			return err
 		},
 		close: cleanup,
 	}, nil
+}
+
+// cgroupRoot is where the cgroup hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// removeCgroups removes the cgroup name and every cgroup below it in each
+// hierarchy mounted under root (v1: root/<controller>/name; v2:
+// root/name), deepest first. Only empty cgroups can go: a cgroup that
+// still has processes stays.
+func removeCgroups(root, name string) {
+	tops, _ := filepath.Glob(filepath.Join(root, "*", name))
+	if fi, err := os.Stat(filepath.Join(root, name)); err == nil && fi.IsDir() {
+		tops = append(tops, filepath.Join(root, name))
+	}
+	for _, top := range tops {
+		var dirs []string
+		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = unix.Rmdir(dirs[i])
+		}
+	}
 }
 
 // tarDir writes the tree at root as a tar archive at dst.

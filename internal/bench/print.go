@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +15,15 @@ import (
 // Print writes the report as tables (lifecycle and exec, operations,
 // throughput, density), then the ratios and the targets.
 func Print(w io.Writer, rep *Report) {
+	var buf bytes.Buffer
+	printReport(&buf, rep)
+	// tabwriter pads the last cell of each line: drop the trailing blanks.
+	for l := range strings.Lines(buf.String()) {
+		io.WriteString(w, strings.TrimRight(l, " \n")+"\n")
+	}
+}
+
+func printReport(w io.Writer, rep *Report) {
 	if !rep.Date.IsZero() {
 		fmt.Fprintf(w, "corral bench, %s\n", rep.Date.UTC().Format("2006-01-02 15:04 UTC"))
 	}
@@ -54,9 +65,6 @@ func Print(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintln(w)
 	printTargets(w, rep)
-	for _, m := range rep.Missing {
-		fmt.Fprintf(w, "not measured: %s\n", m)
-	}
 }
 
 // printResults prints the results of the groups in says yes to.
@@ -93,19 +101,20 @@ func printResults(w io.Writer, rep *Report, in func(group string) bool, ratios b
 }
 
 func printThroughput(w io.Writer, rep *Report) {
-	fmt.Fprintln(w, "throughput: lifecycles per second with C concurrent clients (corral/this: corral create+rm's rate over this one's)")
+	fmt.Fprintln(w, "throughput: lifecycles per second with C concurrent clients (CPU/op: host CPU time per lifecycle; corral/this: corral create+rm's rate over this one's)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "series\tclients\tops\tper second\tmedian op\tp90 op\tcorral/this\t")
+	fmt.Fprintln(tw, "series\tclients\tops\tper second\tmedian op\tp90 op\tCPU/op\tcorral/this\t")
 	for _, t := range rep.Throughput {
 		if t.Err != "" && t.Ops == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t0\t-\t-\t-\t\terror: %s\n", t.Name, t.Clients, t.Err)
+			fmt.Fprintf(tw, "%s\t%d\t0\t-\t-\t-\t-\t\terror: %s\n", t.Name, t.Clients, t.Err)
 			continue
 		}
 		ratio := ""
 		if c := rep.series(NameThroughput, t.Clients); c != nil && c.PerSecond > 0 && t.Name != NameThroughput && t.PerSecond > 0 {
 			ratio = fmt.Sprintf("%.2fx", c.PerSecond/t.PerSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f/s\t%s\t%s\t%s\t", t.Name, t.Clients, t.Ops, t.PerSecond, msOrDash(t.Median), msOrDash(t.P90), ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f/s\t%s\t%s\t%s\t%s\t", t.Name, t.Clients, t.Ops, t.PerSecond,
+			msOrDash(t.Median), msOrDash(t.P90), msOrDash(t.CPUPerOp), ratio)
 		if t.Err != "" {
 			fmt.Fprintf(tw, "(stopped: %s)", t.Err)
 		}
@@ -115,12 +124,12 @@ func printThroughput(w io.Writer, rep *Report) {
 }
 
 func printDensity(w io.Writer, rep *Report) {
-	fmt.Fprintln(w, "idle density: host memory per idle box = (MemAvailable before - with the boxes idle) / running")
+	fmt.Fprintln(w, "idle density: memory/box = (MemAvailable before - with the boxes idle) / running; accounted/box = (PSS + growth of KernelStack, PageTables, SUnreclaim, Percpu) / running")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "series\tboxes\trunning\tstarted in\tmemory/box\tslab/box\tRSS/box\tPSS/box\tthreads/box\texec ok\tmemory back\t")
+	fmt.Fprintln(tw, "series\tboxes\trunning\tstarted in\tmemory/box\taccounted/box\tslab/box\tRSS/box\tPSS/box\tthreads/box\texec ok\tmemory back\t")
 	for _, d := range rep.Density {
 		if d.Err != "" && d.Running == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t0\t-\t-\t-\t-\t-\t-\t-\t-\terror: %s\n", d.Name, d.Boxes, d.Err)
+			fmt.Fprintf(tw, "%s\t%d\t0\t-\t-\t-\t-\t-\t-\t-\t-\t-\terror: %s\n", d.Name, d.Boxes, d.Err)
 			continue
 		}
 		n := int64(max(d.Running, 1))
@@ -128,8 +137,8 @@ func printDensity(w io.Writer, rep *Report) {
 		if d.ExecChecked > 0 {
 			check = fmt.Sprintf("%d/%d", d.ExecOK, d.ExecChecked)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%.0f%%\t", d.Name, d.Boxes, d.Running,
-			d.Start.Round(100*time.Millisecond), mib(d.PerBox), mib(d.Growth["Slab"]/n), mib(d.RSS/n), mib(d.PSS/n),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%.0f%%\t", d.Name, d.Boxes, d.Running,
+			d.Start.Round(100*time.Millisecond), mib(d.PerBox), mib(d.Accounted), mib(d.Growth["Slab"]/n), mib(d.RSS/n), mib(d.PSS/n),
 			float64(d.Threads)/float64(n), check, 100*d.Returned)
 		if d.Err != "" {
 			fmt.Fprintf(tw, "(%s)", d.Err)
@@ -152,6 +161,10 @@ func printDensity(w io.Writer, rep *Report) {
 			}
 		}
 		fmt.Fprintf(w, "%s, /proc/meminfo growth per box: %s\n", d.Name, strings.Join(parts, ", "))
+		if len(d.Leftover) > 0 {
+			fmt.Fprintf(w, "%s, after removal vs before (whole host): MemAvailable %s, SUnreclaim %s, Percpu %s, memory cgroups %+d\n",
+				d.Name, signedMiB(d.Leftover["MemAvailable"]), signedMiB(d.Leftover["SUnreclaim"]), signedMiB(d.Leftover["Percpu"]), d.MemcgsLeft)
+		}
 		if d.Processes > 0 {
 			fmt.Fprintf(w, "%s, per box process: RSS %s, PSS %s (anon %s), %.1f threads",
 				d.Name, kib(d.RSS/n), kib(d.PSS/n), kib(d.PSSAnon/n), float64(d.Threads)/float64(n))
@@ -171,8 +184,8 @@ func printTargets(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "target exec round trip <= 2 ms median: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
 	}
 	if best := bestThroughput(rep); best != nil {
-		fmt.Fprintf(w, "target >= %.0f create+rm per second: %s (%.1f/s with %d clients)\n",
-			ThroughputTarget, verdict(best.PerSecond >= ThroughputTarget), best.PerSecond, best.Clients)
+		fmt.Fprintf(w, "target >= %.0f create+rm per second: %s (%.1f/s with %d client%s)\n",
+			ThroughputTarget, verdict(best.PerSecond >= ThroughputTarget), best.PerSecond, best.Clients, plural(best.Clients))
 	}
 	for _, d := range rep.Density {
 		if d.Name == "corral" && d.Running > 0 {
@@ -206,8 +219,24 @@ func verdict(ok bool) string {
 	return "NOT met"
 }
 
+// ms is d in milliseconds with three significant digits ("61.3 ms",
+// "2.77 ms", "0.9 ms", "1020 ms").
 func ms(d time.Duration) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", float64(d)/1e6), "0"), ".") + " ms"
+	v := float64(d) / 1e6
+	decimals := 0
+	switch {
+	case v < 1:
+		decimals = 3
+	case v < 10:
+		decimals = 2
+	case v < 100:
+		decimals = 1
+	}
+	s := strconv.FormatFloat(v, 'f', decimals, 64)
+	if decimals > 0 {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s + " ms"
 }
 
 // msOrDash is ms(d), or "-" for 0.
@@ -224,6 +253,11 @@ func mib(n int64) string {
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 	}
 	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+}
+
+// signedMiB is n bytes in MiB with a sign ("+1.5 MiB").
+func signedMiB(n int64) string {
+	return fmt.Sprintf("%+.1f MiB", float64(n)/(1<<20))
 }
 
 // kib is n bytes in KiB ("843 KiB").

@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"os"
 	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +31,11 @@ type Throughput struct {
 	// Median and P90 are the latencies of one lifecycle under this load.
 	Median time.Duration `json:"median_op_ns"`
 	P90    time.Duration `json:"p90_op_ns"`
-	Err    string        `json:"error,omitempty"`
+	// CPUPerOp is the CPU time the whole host spent (/proc/stat, all
+	// CPUs, not idle) per completed lifecycle: what bounds the rate once
+	// every CPU is busy. 0 when /proc/stat could not be read.
+	CPUPerOp time.Duration `json:"cpu_per_op_ns"`
+	Err      string        `json:"error,omitempty"`
 }
 
 func runtimeNumCPU() int { return goruntime.NumCPU() }
@@ -45,6 +53,50 @@ func throughputOf(name string, clients int, s []time.Duration, elapsed time.Dura
 	t.Median, t.P90 = medianP90(s)
 	if err != nil {
 		t.Err = err.Error()
+	}
+	return t
+}
+
+// userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux
+// architecture Corral runs on).
+const userHZ = 100
+
+// parseCPUBusy returns the busy time of all CPUs from /proc/stat's first
+// line: user, nice, system, irq, softirq and steal (not idle, iowait or
+// the guest times, which user and nice already include).
+func parseCPUBusy(stat string) (time.Duration, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system [idle iowait] irq softirq steal
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return time.Duration(busy) * time.Second / userHZ, nil
+}
+
+func cpuBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseCPUBusy(string(b))
+}
+
+// timedSeries runs op ops times with clients clients and returns the
+// series with the host CPU time spent per completed op.
+func timedSeries(ctx context.Context, name string, clients, ops int, op func(context.Context, int) error) Throughput {
+	cpu0, cpuErr := cpuBusy()
+	s, el, err := parallel(ctx, clients, ops, op)
+	t := throughputOf(name, clients, s, el, err)
+	if cpu1, err := cpuBusy(); err == nil && cpuErr == nil && len(s) > 0 {
+		t.CPUPerOp = (cpu1 - cpu0) / time.Duration(len(s))
 	}
 	return t
 }
@@ -110,8 +162,7 @@ func (r *run) throughput(ctx context.Context) {
 		r.progress("%s with %d clients x%d", NameThroughput, n, r.cfg.ThroughputOps)
 		// Warm up with one round of the clients, untimed.
 		_, _, _ = parallel(ctx, n, n, corralOp)
-		s, el, err := parallel(ctx, n, r.cfg.ThroughputOps, corralOp)
-		r.rep.Throughput = append(r.rep.Throughput, throughputOf(NameThroughput, n, s, el, err))
+		r.rep.Throughput = append(r.rep.Throughput, timedSeries(ctx, NameThroughput, n, r.cfg.ThroughputOps, corralOp))
 	}
 	for _, name := range r.cfg.Peers {
 		p, err := r.peer(ctx, name)
@@ -122,8 +173,7 @@ func (r *run) throughput(ctx context.Context) {
 			}
 			r.progress("%s with %d clients x%d", PeerName(name), n, r.cfg.ThroughputOps)
 			_, _, _ = parallel(ctx, n, n, p.run)
-			s, el, err := parallel(ctx, n, r.cfg.ThroughputOps, p.run)
-			r.rep.Throughput = append(r.rep.Throughput, throughputOf(PeerName(name), n, s, el, err))
+			r.rep.Throughput = append(r.rep.Throughput, timedSeries(ctx, PeerName(name), n, r.cfg.ThroughputOps, p.run))
 		}
 	}
 }

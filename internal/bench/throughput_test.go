@@ -103,3 +103,20 @@ func TestSequential(t *testing.T) {
 		t.Errorf("sequential(3, warm 2) = %d samples, calls %v, %v; want 3 samples of 5 calls", len(s), idx, err)
 	}
 }
+
+func TestParseCPUBusy(t *testing.T) {
+	const stat = "cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 50 2 25 4500 20 1 1 0 3 0\n"
+	got, err := parseCPUBusy(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// user 100 + nice 5 + system 50 + irq 3 + softirq 2 + steal 1 = 161 ticks of 10 ms.
+	if want := 1610 * time.Millisecond; got != want {
+		t.Errorf("parseCPUBusy = %s; want %s (idle, iowait and guest left out)", got, want)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu 1 2 3\n", "cpu 1 x 3 4 5 6 7 8\n"} {
+		if _, err := parseCPUBusy(bad); err == nil {
+			t.Errorf("parseCPUBusy(%q) succeeded", bad)
+		}
+	}
+}

@@ -17,7 +17,7 @@ func (a *app) benchCmd() *cobra.Command {
 	var (
 		cfg                       bench.Config
 		peers, densityPeers, only string
-		chart                     string
+		chart, jsonFile           string
 		jsonOut                   bool
 	)
 	cfg.DensityMemory = 32 << 20
@@ -28,9 +28,9 @@ func (a *app) benchCmd() *cobra.Command {
 prints side by side with the same work done by the raw peers (crun run, runc
 run, bwrap, podman run --rm, each on the same busybox root file system):
 
-  lifecycle   create -> first exec of "true" done -> rm (cold, and with a warm
-              pool), next to each peer's run of true; plus the exec round
-              trip of "true" in a running sandbox
+  lifecycle   create -> first exec of "true" done -> rm, next to each peer's
+              run of true; plus the exec round trip of "true" in a running
+              sandbox
   throughput  sandboxes created and removed per second with C concurrent
               clients (--clients, default 1 and 2 x CPUs), next to each
               peer's lifecycles run C at a time
@@ -39,26 +39,28 @@ run, bwrap, podman run --rm, each on the same busybox root file system):
               the other kernel counters, the agents' RSS/PSS (smaps_rollup);
               every box must answer an exec, and the memory must come back
               after removal; the same for idle raw crun containers
-  ops         through the Go SDK: fork of a sandbox that wrote 1 MiB and
-              1 GiB, pause, suspend and resume (with the size of the saved
-              memory), filesystem-only suspend and resume
+  ops         through the Go SDK: create -> first exec (-> rm) with a warm
+              pool ready, fork of a sandbox that wrote 1 MiB and 1 GiB (and
+              with --memory-state), pause, suspend and resume (with the size
+              of the saved memory), filesystem-only suspend and resume
 
 Peers need root (they create containers) and say "not installed" when
-missing. podman runs with storage of its own under a temporary directory,
-from the same private mount namespace the daemon uses, with
---cgroup-manager cgroupfs --events-backend file and --network none; it
-imports the busybox root as a local image (no registry access) and removes
-it at the end.
+missing. podman runs with storage (and crun state) of its own under a
+temporary directory, from the same private mount namespace the daemon uses,
+with --cgroup-manager cgroupfs --events-backend file, and runs --network
+none under a cgroup parent of its own; it imports the busybox root as a
+local image (no registry access) and removes all of it at the end.
 Density reads host memory, so run bench on the daemon's machine, with
 nothing else starting or stopping meanwhile.
 
 --chart FILE writes an SVG chart of the medians (bars per measurement
-group, targets drawn as lines); --json prints every figure as JSON.
+group, targets drawn as lines); --json prints every figure as JSON instead
+of the tables, --json-file FILE writes it next to them.
 
 Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 <= 2 ms median; >= 100 create+rm per second; >= 1000 idle boxes at
 <= 2 MiB of host memory each.`,
-		Example: `  sudo corral bench --chart bench.svg
+		Example: `  sudo corral bench --chart bench.svg --json-file bench.json
   sudo corral bench --only lifecycle,throughput --lifecycles 100 --execs 1000
   sudo corral bench --only density --density 200 --density-peers crun
   sudo corral bench --peers crun,runc,bwrap,podman --clients 1,8 --json > bench.json`,
@@ -91,10 +93,19 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 					return fmt.Errorf("write chart: %w", err)
 				}
 			}
+			js, err := json.MarshalIndent(rep, "", "  ")
+			if err != nil {
+				return err
+			}
+			js = append(js, '\n')
+			if jsonFile != "" {
+				if err := os.WriteFile(filepath.Clean(jsonFile), js, 0o644); err != nil {
+					return fmt.Errorf("write json: %w", err)
+				}
+			}
 			if jsonOut {
-				enc := json.NewEncoder(a.streams.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				_, err := a.streams.Out.Write(js)
+				return err
 			}
 			bench.Print(a.streams.Out, rep)
 			for _, r := range rep.Results {
@@ -109,7 +120,7 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 	f.StringVar(&cfg.Image, "image", "busybox", "image of Corral's sandboxes (the peers run the same busybox root)")
 	f.StringVar(&cfg.Runtime, "runtime", "", "daemon runtime to measure (default: the daemon's)")
 	f.StringVar(&only, "only", strings.Join(bench.AllSections, ","), "comma-separated sections to run: lifecycle, throughput, density, ops")
-	f.IntVar(&cfg.Lifecycles, "lifecycles", 30, "create+exec+rm rounds, cold and with a warm pool (and raw runs per peer)")
+	f.IntVar(&cfg.Lifecycles, "lifecycles", 30, "create+exec+rm rounds, cold and (ops) with a warm pool, and raw runs per peer")
 	f.IntVar(&cfg.Execs, "execs", 300, "exec round trips")
 	f.StringVar(&peers, "peers", "crun,runc,bwrap,podman", "comma-separated raw peers: crun, runc, bwrap, podman")
 	f.IntSliceVar(&cfg.Clients, "clients", bench.DefaultClients(), "concurrent clients of the throughput measurement")
@@ -120,7 +131,8 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 	f.DurationVar(&cfg.Settle, "settle", bench.DefaultSettle, "wait before each read of host memory")
 	f.IntVar(&cfg.Forks, "forks", 5, "forks, pauses and suspends timed per series")
 	f.StringVar(&chart, "chart", "", "write an SVG chart of the results to FILE")
-	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (every figure)")
+	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (every figure) instead of the tables")
+	f.StringVar(&jsonFile, "json-file", "", "also write the report as JSON to FILE")
 	return cmd
 }
 

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
-	"runtime"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -14,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/osthread"
 )
 
 // How a box's network namespace is wired (see docs/network.md):
@@ -247,29 +248,26 @@ func inNetNS(nsPath string, fn func(netns.NsHandle) error) error {
 	}
 	defer target.Close()
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	osthread.Locked(func() bool {
 		orig, err := netns.Get()
 		if err != nil {
-			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("open the daemon's network namespace: %w", err)
-			return
+			return true
 		}
 		defer orig.Close()
 		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("join the box's network namespace: %w", err)
-			return
+			return true
 		}
 		ferr := fn(target)
 		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: it exits with this goroutine.
+			// The thread ends with this goroutine.
 			errc <- errors.Join(ferr, fmt.Errorf("return to the daemon's network namespace: %w", err))
-			return
+			return false
 		}
-		runtime.UnlockOSThread()
 		errc <- ferr
-	}()
+		return true
+	})
 	return <-errc
 }
 

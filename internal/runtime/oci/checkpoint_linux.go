@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/log"
+	"github.com/corral-sandbox/corral/internal/osthread"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
@@ -38,11 +39,27 @@ const (
 	restoreLogFile = "restore.log"
 )
 
+// criuConf is the part of CRIU's configuration common to dumps and
+// restores. "network-lock skip": CRIU would otherwise block the box's
+// network with iptables rules while it works (one iptables-restore per
+// family and step), which only matters to save established TCP
+// connections, which Checkpoint refuses anyway.
+const criuConf = "network-lock skip\n"
+
+// restoreLogFD is the descriptor on which a restore hands CRIU the new
+// sandbox's log. Not 3: runc starts CRIU with its own socket there (fds
+// below it are the log too).
+const restoreLogFD = 9
+
 // Files of a restored sandbox, in <RunDir>/<id>/.
 const (
 	restoreWorkDir  = "criu"
 	restoreConfFile = "criu/restore.conf"
 )
+
+// criuTimeout bounds a checkpoint or a restore when the context has no
+// earlier deadline.
+const criuTimeout = 5 * time.Minute
 
 // checkpointAttempts is how many times Checkpoint tries while CRIU finds a
 // unix socket connected to the outside: the daemon's connections to the
@@ -73,12 +90,16 @@ type checkpointInfo struct {
 // sandbox.ErrCheckpoint and names the reason in one line; CRIU's whole log
 // stays in dir/dump.log. Checkpoint retries a few times, briefly, while the
 // reason is a unix socket connected outside the box, which is what a
-// connection from the daemon to the agent still closing looks like: the
-// caller must have closed its connections to the agent first. On error
-// CRIU has thawed the processes, so the box keeps running whether or not
-// leaveRunning was set; Checkpoint says so in the error when it found the
-// box stopped instead.
-func (r *Runtime) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
+// connection from the daemon to the agent looks like: the caller must close
+// its connections to the agent first (idle ones; a stream in use, such as
+// a running command's output, makes the checkpoint fail).
+//
+// On error the box is as it was: running (Checkpoint freezes it only for
+// the dump), or paused if it was. CRIU kills the processes only once the
+// dump is complete, so a failed checkpoint without leaveRunning leaves
+// them alive too; should they be gone anyway, the error says so and the
+// caller treats the box as stopped (Delete it).
+func (r *Runtime) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) (retErr error) {
 	st, err := r.State(ctx, id)
 	if err != nil {
 		return err
@@ -99,26 +120,46 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, dir string, leaveRunning b
 	if info.LogFile, err = fileKey(st.Pid, filepath.Join(r.Dir(id), agentLog)); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", id, err)
 	}
-	args := []string{"checkpoint", "--image-path", dir, "--work-path", dir}
+	args := []string{"checkpoint", "--image-path", dir, "--work-path", dir, "--file-locks"}
 	if leaveRunning {
 		args = append(args, "--leave-running")
 	}
 	args = append(args, id)
+	// Freeze the box first: CRIU polls its freezer every 100 ms, so a
+	// box it freezes itself costs that much more; one already frozen it
+	// takes as it is, and leaves frozen.
+	if st.Status == sandbox.StatusRunning {
+		if err := r.Pause(ctx, id); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", id, err)
+		}
+		defer func() {
+			if err := r.thaw(id); err != nil && retErr == nil {
+				retErr = fmt.Errorf("checkpoint %s: %w", id, err)
+			}
+		}()
+	}
 	wait := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		if err := writeCheckpointFiles(dir, info); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", id, err)
 		}
-		out, err := r.runCRIU(id, filepath.Join(dir, dumpConfFile), nil, false, args...)
+		out, err := r.runCRIU(ctx, id, filepath.Join(dir, dumpConfFile), filepath.Join(dir, dumpLogFile), nil, false, args...)
 		if err == nil {
 			return nil
 		}
 		reason, external := criuFailure(filepath.Join(dir, dumpLogFile))
+		if errors.Is(err, errCRIUKilled) {
+			reason = strings.TrimPrefix(reason+"; ", "; ") + err.Error()
+			trimLog(filepath.Join(dir, dumpLogFile))
+		}
 		if reason == "" {
 			reason = fmt.Sprintf("%s checkpoint: %v: %s", filepath.Base(r.binary), err, out)
 		}
-		st, serr := r.State(ctx, id)
-		running := serr == nil && (st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused)
+		now, serr := r.State(context.WithoutCancel(ctx), id)
+		running := serr == nil && (now.Status == sandbox.StatusRunning || now.Status == sandbox.StatusPaused)
+		// What counts is the peer: once the daemon has closed its end, the
+		// box's end has no peer, and CRIU saves it even while the box is
+		// frozen and cannot see the close.
 		if external && running && attempt < checkpointAttempts {
 			log.G(ctx).Debug("checkpoint: connection to the outside, retrying", "sandbox", id, "attempt", attempt, "reason", reason)
 			select {
@@ -176,9 +217,9 @@ func writeCheckpointFiles(dir string, info checkpointInfo) error {
 			return err
 		}
 	}
-	var conf string
+	conf := criuConf
 	if info.LogFile != "" {
-		conf = "external " + info.LogFile + "\n"
+		conf += "external " + info.LogFile + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(dir, dumpConfFile), []byte(conf), 0o600); err != nil {
 		return err
@@ -221,14 +262,24 @@ func fileKey(pid int, p string) (string, error) {
 // configuration file conf (CRIU reads CRIU_CONFIG_FILE in its RPC mode,
 // which both crun and runc use) and extra inherited files from fd 3 on.
 // With inCgroup the runtime starts inside the sandbox's cgroups (see
-// startInCgroup). It is not bound to a context: killing the runtime in the
-// middle would leave the box frozen. It returns the runtime's output.
-func (r *Runtime) runCRIU(id, conf string, extra []*os.File, inCgroup bool, args ...string) (string, error) {
+// startInCgroup). It returns the runtime's output.
+//
+// The runtime and CRIU run in a process group of their own, which is
+// killed when ctx ends or after criuTimeout (CRIU can spin forever on
+// damaged images), so the caller can clean up. Their output goes to a file,
+// not a pipe, so that a process left holding it cannot block Wait.
+func (r *Runtime) runCRIU(ctx context.Context, id, conf, logPath string, extra []*os.File, inCgroup bool, args ...string) (string, error) {
+	out, err := os.CreateTemp(r.Dir(id), "criu-out-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
 	cmd := exec.Command(r.binary, append([]string{"--root", r.cfg.StateDir, "--log", filepath.Join(r.Dir(id), runtimeLog)}, args...)...)
 	cmd.Env = append(os.Environ(), "CRIU_CONFIG_FILE="+conf)
 	cmd.ExtraFiles = extra
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	start := func() error { return r.ns.Do(cmd.Start) }
 	if inCgroup && cgroups.DetectMode(cgroups.Root) == cgroups.Legacy {
 		start = func() error { return r.startInCgroup(cmd, r.CgroupPath(id)) }
@@ -236,9 +287,47 @@ func (r *Runtime) runCRIU(id, conf string, extra []*os.File, inCgroup bool, args
 	if err := start(); err != nil {
 		return "", err
 	}
-	err := cmd.Wait()
-	return strings.TrimSpace(out.String()), err
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(criuTimeout)
+	defer timer.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-timer.C:
+			err = fmt.Errorf("%w: no result after %s", errCRIUKilled, criuTimeout)
+			break wait
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: %w", errCRIUKilled, ctx.Err())
+			break wait
+		case <-tick.C:
+			// CRIU logs at debug level (the runtime asks for it) and
+			// fills its log fast when it loops.
+			if fi, serr := os.Stat(logPath); serr == nil && fi.Size() > criuLogLimit {
+				err = fmt.Errorf("%w: its log passed %d MiB", errCRIUKilled, criuLogLimit>>20)
+				break wait
+			}
+		}
+	}
+	if errors.Is(err, errCRIUKilled) {
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		<-done
+	}
+	b, _ := os.ReadFile(out.Name())
+	return strings.TrimSpace(string(b)), err
 }
+
+// errCRIUKilled is returned by runCRIU when it killed the runtime.
+var errCRIUKilled = errors.New("criu was stopped")
+
+// criuLogLimit is the size of CRIU's log past which runCRIU takes it for
+// stuck: the log of a dump or restore of a few GiB is some MiB. A variable
+// for tests.
+var criuLogLimit int64 = 256 << 20
 
 // startInCgroup starts cmd from a new OS thread that shares the runtime
 // thread's mount namespace and belongs to cgroup rel in every cgroup v1
@@ -268,8 +357,7 @@ func (r *Runtime) startInCgroup(cmd *exec.Cmd, rel string) error {
 	}
 	defer mnt.Close()
 	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: see above
+	osthread.Throwaway(func() {
 		// setns to a mount namespace needs a file system context of
 		// the thread's own.
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
@@ -288,7 +376,7 @@ func (r *Runtime) startInCgroup(cmd *exec.Cmd, rel string) error {
 			}
 		}
 		errc <- cmd.Start()
-	}()
+	})
 	return <-errc
 }
 
@@ -352,6 +440,9 @@ func criuFailure(logPath string) (reason string, external bool) {
 		return "", false
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > logTail {
+		_, _ = f.Seek(fi.Size()-logTail, io.SeekStart) // the errors are at the end
+	}
 	var errs []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -371,6 +462,9 @@ func explainCRIU(errs []string) (reason string, external bool) {
 		src, msg, _ := strings.Cut(e, "): ")
 		src = strings.TrimPrefix(src, "(")
 		msg = strings.TrimSpace(msg)
+		if i := strings.Index(strings.ToLower(msg), "consider using --"); i > 0 {
+			msg = strings.TrimRight(msg[:i], " ,.") // advice on options callers cannot pass
+		}
 		switch {
 		case strings.Contains(src, "util.c") && strings.Contains(msg, "RLIMIT_NOFILE"):
 			continue // harmless: CRIU could not raise its own limit
@@ -441,26 +535,34 @@ func (r *Runtime) Restore(ctx context.Context, id string, spec *sandbox.Spec, di
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	defer logf.Close()
-	var conf string
+	conf := criuConf
 	if info.LogFile != "" {
-		conf = "inherit-fd fd[3]:" + info.LogFile + "\n" // logf is fd 3
+		conf += fmt.Sprintf("inherit-fd fd[%d]:%s\n", restoreLogFD, info.LogFile)
 	}
 	if err := os.WriteFile(filepath.Join(sdir, restoreConfFile), []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
-	out, err := r.runCRIU(id, filepath.Join(sdir, restoreConfFile), []*os.File{logf}, true,
-		"restore", "--detach", "--image-path", dir, "--work-path", work,
-		"--bundle", filepath.Join(sdir, bundleDir), "--pid-file", filepath.Join(sdir, pidFile), id)
+	extra := make([]*os.File, restoreLogFD-2) // fds 3..restoreLogFD
+	for i := range extra {
+		extra[i] = logf
+	}
+	args := []string{"restore", "--detach", "--image-path", dir, "--work-path", work, "--file-locks",
+		"--bundle", filepath.Join(sdir, bundleDir), "--pid-file", filepath.Join(sdir, pidFile)}
+	rlog := filepath.Join(work, restoreLogFile)
+	out, err := r.runCRIU(ctx, id, filepath.Join(sdir, restoreConfFile), rlog, extra, true, append(args, id)...)
 	if err != nil {
-		rlog := filepath.Join(work, restoreLogFile)
 		reason, _ := criuFailure(rlog)
+		if errors.Is(err, errCRIUKilled) {
+			reason = strings.TrimPrefix(reason+"; ", "; ") + err.Error()
+		}
 		if reason == "" {
 			reason = fmt.Sprintf("%s restore: %v: %s", filepath.Base(r.binary), err, out)
 		}
-		if b, rerr := os.ReadFile(rlog); rerr == nil {
-			_ = os.WriteFile(filepath.Join(dir, "restore-"+id+".log"), b, 0o600)
-		}
+		keepTail(rlog, filepath.Join(dir, "restore-"+id+".log"))
 		return fmt.Errorf("restore %s: %s: %w", id, reason, sandbox.ErrCheckpoint)
+	}
+	if err := r.leaveUnified(id); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	p, ok, err := r.init(id)
 	if err != nil {
@@ -485,9 +587,91 @@ func (r *Runtime) Restore(ctx context.Context, id string, spec *sandbox.Spec, di
 	return nil
 }
 
+// leaveUnified moves the processes of restored sandbox id, on a hybrid
+// host, out of the cgroup2 hierarchy's <CgroupParent>/<id> (where CRIU puts
+// them, whatever its cgroup mode) back into the daemon's cgroup there,
+// where the processes of a started box are (the runtime, which does not see
+// that hierarchy, leaves them where they were born), and removes those
+// cgroups. So a restored box is like a started one, down to where its
+// zombies show.
+func (r *Runtime) leaveUnified(id string) error {
+	if cgroups.DetectMode(cgroups.Root) != cgroups.Legacy {
+		return nil
+	}
+	if ok, _ := isCgroup2Mount(unifiedMount); !ok {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	var own string
+	for _, l := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" {
+		return nil
+	}
+	box := filepath.Join(unifiedMount, r.CgroupPath(id))
+	var dirs []string
+	_ = filepath.WalkDir(box, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	dst := filepath.Join(unifiedMount, own, "cgroup.procs")
+	for i := len(dirs) - 1; i >= 0; i-- { // children first
+		// A process may fork while its siblings move: move until the
+		// cgroup is empty and can go.
+		for attempt := 0; ; attempt++ {
+			procs, _ := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs"))
+			for _, pid := range strings.Fields(string(procs)) {
+				if err := os.WriteFile(dst, []byte(pid), 0); err != nil && !errors.Is(err, unix.ESRCH) {
+					return fmt.Errorf("move pid %s to cgroup %s: %w", pid, own, err)
+				}
+			}
+			err := unix.Rmdir(dirs[i])
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || attempt == 100 {
+				return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+			}
+		}
+	}
+	return nil
+}
+
+// logTail is how much of the end of a CRIU log is read or kept.
+const logTail = 4 << 20
+
+// keepTail copies the end of the log src to dst, for operators.
+func keepTail(src, dst string) {
+	f, err := os.Open(src)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > logTail {
+		_, _ = f.Seek(fi.Size()-logTail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, logTail))
+	_ = os.WriteFile(dst, b, 0o600)
+}
+
+// trimLog keeps only the end of a log that grew too big.
+func trimLog(p string) {
+	if fi, err := os.Stat(p); err == nil && fi.Size() > logTail {
+		keepTail(p, p+".tail")
+		_ = os.Rename(p+".tail", p)
+	}
+}
+
 // setHostname sets the hostname in the UTS namespace of p, from an OS
-// thread that joins it and then returns to its own (or stays locked and
-// dies with its goroutine if it cannot).
+// thread that joins it and then returns to its own (see osthread.Locked).
 func setHostname(p process, name string) error {
 	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/uts", p.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -498,30 +682,27 @@ func setHostname(p process, name string) error {
 		return fmt.Errorf("pid %d exited: %w", p.pid, errdefs.ErrUnavailable)
 	}
 	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
+	osthread.Locked(func() bool {
 		orig, err := unix.Open("/proc/thread-self/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			goruntime.UnlockOSThread()
 			errc <- fmt.Errorf("open own uts namespace: %w", err)
-			return
+			return true
 		}
 		defer unix.Close(orig)
 		if err := unix.Setns(ns, unix.CLONE_NEWUTS); err != nil {
-			goruntime.UnlockOSThread()
 			errc <- fmt.Errorf("join uts namespace: %w", err)
-			return
+			return true
 		}
 		herr := unix.Sethostname([]byte(name))
 		if err := unix.Setns(orig, unix.CLONE_NEWUTS); err != nil {
-			errc <- fmt.Errorf("return to own uts namespace: %w", err) // stays locked
-			return
+			errc <- fmt.Errorf("return to own uts namespace: %w", err)
+			return false // the thread ends with its goroutine
 		}
-		goruntime.UnlockOSThread()
 		if herr != nil {
 			herr = fmt.Errorf("sethostname: %w", herr)
 		}
 		errc <- herr
-	}()
+		return true
+	})
 	return <-errc
 }

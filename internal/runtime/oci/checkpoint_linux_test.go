@@ -36,6 +36,7 @@ wait`
 // requiresCRIU skips t when CRIU cannot run here.
 func requiresCRIU(t testing.TB) {
 	t.Helper()
+	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "criu")
 	if out, err := exec.Command("criu", "check").CombinedOutput(); err != nil {
 		t.Skipf("criu check: %v: %s", err, out)
@@ -156,26 +157,24 @@ func inBoxPid(hostPid int) int {
 	return 0
 }
 
-// boxPids returns the host pids of the processes in id's cgroup.
+// boxPids returns the host pids of the processes in id's cgroup (its
+// pids controller: the v1 hierarchy, or the v2 cgroup).
 func boxPids(t testing.TB, r *Runtime, id string) []int {
 	t.Helper()
-	dirs, _ := cgroups.Dirs(cgroups.Root, r.CgroupPath(id))
-	for _, d := range dirs {
-		if !strings.Contains(d, "/pids/") && !strings.HasSuffix(filepath.Dir(d), "cgroup") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		var pids []int
-		for _, f := range strings.Fields(string(b)) {
-			n, _ := strconv.Atoi(f)
-			pids = append(pids, n)
-		}
-		return pids
+	d := filepath.Join(cgroups.Root, "pids", r.CgroupPath(id))
+	if cgroups.DetectMode(cgroups.Root) == cgroups.Unified {
+		d = filepath.Join(cgroups.Root, r.CgroupPath(id))
 	}
-	return nil
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		t.Fatalf("processes of %s: %v", id, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		n, _ := strconv.Atoi(f)
+		pids = append(pids, n)
+	}
+	return pids
 }
 
 func TestPause(t *testing.T) {
@@ -241,6 +240,18 @@ func TestPauseNotRunning(t *testing.T) {
 	}
 }
 
+// agentDir holds the test agent built by buildTestAgent; TestMain removes
+// it.
+var agentDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
+}
+
 // buildTestAgent builds testdata/agent (the agent on fd 3) once per test
 // binary.
 var buildTestAgent = sync.OnceValues(func() (string, error) {
@@ -248,6 +259,7 @@ var buildTestAgent = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	agentDir = dir
 	out := filepath.Join(dir, "agent")
 	cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", out, "./testdata/agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -264,7 +276,6 @@ func agentSpec(t testing.TB, res sandbox.Resources) *sandbox.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {}) // the binary is shared by the package's tests
 	spec := testSpec(t, res)
 	spec.AgentBinary = bin
 	addApplets(t, rootOf(spec), "tr", "hostname", "kill")
@@ -332,11 +343,17 @@ func TestAgentAddr(t *testing.T) {
 			id := runtimetest.ID(t)
 			spec := agentSpec(t, defaultResources)
 			spec.HostNetwork = host
-					run(t, r, id, spec)
+			run(t, r, id, spec)
 			c := client(t, r, id)
 			defer c.Close()
 			if got := mustExec(t, c, "echo hello"); got != "hello\n" {
 				t.Errorf("exec echo through %s = %q; want hello", r.AgentAddr(id), got)
+			}
+			if host {
+				err := r.Checkpoint(context.Background(), id, t.TempDir(), true)
+				if !errors.Is(err, sandbox.ErrCheckpoint) {
+					t.Errorf("Checkpoint(%q) of a box on the host's network = %v; want ErrCheckpoint", id, err)
+				}
 			}
 			// A process of the box can reach the name (in its network
 			// namespace) but the agent closes on it.
@@ -357,8 +374,21 @@ func TestAgentAddr(t *testing.T) {
 // id on the same root: the same process, with the same pid in the box,
 // counts on from where it was.
 func TestCheckpointRestore(t *testing.T) {
-	requiresCRIU(t)
-	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	forRuntimes(t, testCheckpointRestore)
+}
+
+// forRuntimes runs fn for crun and runc, each with CRIU.
+func forRuntimes(t *testing.T, fn func(t *testing.T, bin string)) {
+	for _, bin := range []string{"crun", "runc"} {
+		t.Run(bin, func(t *testing.T) {
+			requiresCRIU(t)
+			fn(t, bin)
+		})
+	}
+}
+
+func testCheckpointRestore(t *testing.T, bin string) {
+	r := newTestRuntime(t, bin, WithProcessArgs("/bin/sh", "-c", counterScript))
 	ctx := testutil.Context(t)
 	id := runtimetest.ID(t)
 	spec := testSpec(t, defaultResources)
@@ -409,14 +439,26 @@ func TestCheckpointRestore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(img, dumpLogFile)); err != nil {
 		t.Errorf("CRIU's dump log: %v; want it kept in the image directory", err)
 	}
+	checkStdout(t, r, id, st.Pid)
+}
+
+// checkStdout checks that pid's stdout is sandbox id's log (the restore
+// gave CRIU the new sandbox's log for the checkpointed one).
+func checkStdout(t *testing.T, r *Runtime, id string, pid int) {
+	t.Helper()
+	got, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid))
+	if want := filepath.Join(r.Dir(id), agentLog); err != nil || got != want {
+		t.Errorf("stdout of the restored PID 1 = %q, %v; want %q", got, err, want)
+	}
 }
 
 // TestForkRestore: a paused box is checkpointed with leaveRunning (as a
 // fork does: it stays paused) and restored under a new id on a copy of its
 // root, with its own hostname: two independent boxes.
-func TestForkRestore(t *testing.T) {
-	requiresCRIU(t)
-	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+func TestForkRestore(t *testing.T) { forRuntimes(t, testForkRestore) }
+
+func testForkRestore(t *testing.T, bin string) {
+	r := newTestRuntime(t, bin, WithProcessArgs("/bin/sh", "-c", counterScript))
 	ctx := testutil.Context(t)
 	src := runtimetest.ID(t)
 	spec := testSpec(t, defaultResources)
@@ -471,13 +513,19 @@ func TestForkRestore(t *testing.T) {
 	if len(boxPids(t, r, fork)) == 0 {
 		t.Errorf("fork's cgroup has no process")
 	}
+	st, err := r.State(ctx, fork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStdout(t, r, fork, st.Pid)
 }
 
 // TestRestoreLimits: a restored box gets its new spec's limits, and they
 // hold: a memory hog is OOM-killed and forks stop at the pids limit.
-func TestRestoreLimits(t *testing.T) {
-	requiresCRIU(t)
-	r := newTestRuntime(t, "crun")
+func TestRestoreLimits(t *testing.T) { forRuntimes(t, testRestoreLimits) }
+
+func testRestoreLimits(t *testing.T, bin string) {
+	r := newTestRuntime(t, bin)
 	ctx := testutil.Context(t)
 	src := runtimetest.ID(t)
 	spec := agentSpec(t, defaultResources)
@@ -534,9 +582,10 @@ func TestRestoreLimits(t *testing.T) {
 // ErrCheckpoint, names the reason, and the box keeps running.
 func TestCheckpointRefusesTCP(t *testing.T) {
 	requiresCRIU(t)
-	script := `nc -l -p 5555 > /dev/null &
+	// Each side's stdin is a pipe that never ends (nc hangs up at EOF).
+	script := `sleep 1000 | nc -l -p 5555 > /dev/null &
 sleep 0.2
-(while true; do echo x; sleep 0.05; done) | nc 127.0.0.1 5555 &
+sleep 1000 | nc 127.0.0.1 5555 > /dev/null &
 ` + counterScript
 	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", script))
 	ctx := testutil.Context(t)
@@ -552,12 +601,15 @@ sleep 0.2
 	}
 	// Wait for the connection: state 01 (ESTABLISHED) in the box's table.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", st.Pid))
+		b4, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", st.Pid))
+		b6, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp6", st.Pid))
+		b := append(b4, b6...)
 		if strings.Contains(string(b), ":15B3 ") && strings.Contains(string(b), " 01 ") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no established connection on port 5555 in the box: %s", b)
+			logb, _ := os.ReadFile(filepath.Join(r.Dir(id), agentLog))
+			t.Fatalf("no established connection on port 5555 in the box: %s\nbox output: %s", b, logb)
 		}
 	}
 	for _, leave := range []bool{false, true} {
@@ -585,9 +637,10 @@ sleep 0.2
 // its connections, also while the box is paused and the agent cannot see
 // them close, the checkpoint works, and the restored agent answers at the
 // same address.
-func TestCheckpointAgentConnections(t *testing.T) {
-	requiresCRIU(t)
-	r := newTestRuntime(t, "crun")
+func TestCheckpointAgentConnections(t *testing.T) { forRuntimes(t, testCheckpointAgentConnections) }
+
+func testCheckpointAgentConnections(t *testing.T, bin string) {
+	r := newTestRuntime(t, bin)
 	ctx := testutil.Context(t)
 	id := runtimetest.ID(t)
 	spec := agentSpec(t, defaultResources)
@@ -627,6 +680,16 @@ func TestCheckpointAgentConnections(t *testing.T) {
 	cancel()
 	<-done
 	mustExec(t, c, "echo still here")
+	// An idle connection left open, without leaveRunning (suspend): the
+	// processes are not killed.
+	err = r.Checkpoint(ctx, id, t.TempDir(), false)
+	if !errors.Is(err, sandbox.ErrCheckpoint) {
+		t.Errorf("Checkpoint(%q) with an idle connection open = %v; want ErrCheckpoint", id, err)
+	}
+	if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+		t.Fatalf("State(%q) after a failed Checkpoint without leaveRunning = %+v, %v; want running", id, st, err)
+	}
+	mustExec(t, c, "echo still here")
 
 	// Paused, then the daemon drops its (idle) connections: the agent is
 	// frozen and keeps its ends, whose peers are gone.
@@ -651,13 +714,16 @@ func TestCheckpointAgentConnections(t *testing.T) {
 	}
 }
 
-// TestRestoreFailureLeavesNothing: a restore from damaged images fails
-// with ErrCheckpoint and leaves nothing; one from a directory that holds
-// no checkpoint is ErrNotFound.
+// TestRestoreFailureLeavesNothing: a restore that CRIU cannot complete
+// (a file the processes held open is missing from the new root) fails
+// with ErrCheckpoint and leaves nothing; one from a directory that holds no
+// checkpoint is ErrNotFound.
 func TestRestoreFailureLeavesNothing(t *testing.T) {
 	requiresCRIU(t)
-	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
-	ctx := testutil.Context(t)
+	script := "echo x > /tmp/held; exec 4</tmp/held\n" + counterScript
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", script))
+	ctx, cancel := context.WithTimeout(testutil.Context(t), time.Minute)
+	defer cancel()
 	id := runtimetest.ID(t)
 	spec := testSpec(t, defaultResources)
 	run(t, r, id, spec)
@@ -670,22 +736,262 @@ func TestRestoreFailureLeavesNothing(t *testing.T) {
 	if err := r.Checkpoint(ctx, id, img, true); err != nil {
 		t.Fatal(err)
 	}
-	pages, _ := filepath.Glob(filepath.Join(img, "pages-*.img"))
-	if len(pages) == 0 {
-		t.Fatalf("no pages-*.img in %s", img)
+	badSpec := *spec
+	badRoot := copyRoot(t, rootOf(spec))
+	if err := os.Remove(filepath.Join(badRoot, "tmp/held")); err != nil {
+		t.Fatal(err)
 	}
+	badSpec.Rootfs = []mount.Mount{{Type: "bind", Source: badRoot, Options: []string{"rbind"}}}
+	bad := id + "-bad"
+	err := r.Restore(ctx, bad, &badSpec, img)
+	if !errors.Is(err, sandbox.ErrCheckpoint) {
+		t.Errorf("Restore(%q) onto a root that lacks an open file = %v; want ErrCheckpoint", bad, err)
+	}
+	t.Logf("Restore(%q) = %v", bad, err)
+	checkLeftNothing(t, r, bad)
+	if _, err := os.Stat(filepath.Join(img, "restore-"+bad+".log")); err != nil {
+		t.Errorf("restore log of the failed restore: %v; want it in the image directory", err)
+	}
+
+	// Truncated page images make CRIU 4.1 loop forever, logging: the
+	// restore is stopped once its log passes the limit.
+	defer func(l int64) { criuLogLimit = l }(criuLogLimit)
+	criuLogLimit = 4 << 20
+	pages, _ := filepath.Glob(filepath.Join(img, "pages-*.img"))
 	for _, p := range pages {
 		if err := os.Truncate(p, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	bad := id + "-bad"
-	err := r.Restore(ctx, bad, spec, img)
+	stuck := id + "-stuck"
+	err = r.Restore(ctx, stuck, spec, img)
 	if !errors.Is(err, sandbox.ErrCheckpoint) {
-		t.Errorf("Restore(%q) from damaged images = %v; want ErrCheckpoint", bad, err)
+		t.Errorf("Restore(%q) from truncated images = %v; want ErrCheckpoint", stuck, err)
 	}
-	checkLeftNothing(t, r, bad)
-	if _, err := os.Stat(filepath.Join(img, "restore-"+bad+".log")); err != nil {
-		t.Errorf("restore log of the failed restore: %v; want it in the image directory", err)
+	t.Logf("Restore(%q) = %v", stuck, err)
+	checkLeftNothing(t, r, stuck)
+	if fi, err := os.Stat(filepath.Join(img, "restore-"+stuck+".log")); err != nil || fi.Size() > logTail {
+		t.Errorf("kept restore log: %v, %v; want at most %d bytes", fi, err, logTail)
+	}
+}
+
+// BenchmarkCheckpointRestore measures, on a small process tree (a shell
+// whose child counts, and its sleeps):
+//   - checkpoint: Checkpoint with leaveRunning of a running box (fork);
+//   - restore: Restore of that checkpoint under a new id (Delete excluded);
+//   - restore+exec: Restore of a box whose PID 1 is the agent, then the
+//     first exec round trip through it (what a caller waits for).
+func BenchmarkCheckpointRestore(b *testing.B) {
+	requiresCRIU(b)
+	ctx := context.Background()
+	b.Run("checkpoint", func(b *testing.B) {
+		r := newTestRuntime(b, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+		spec := testSpec(b, defaultResources)
+		run(b, r, "src", spec)
+		waitCounter(b, rootOf(spec), 1)
+		for b.Loop() {
+			b.StopTimer()
+			img := b.TempDir()
+			b.StartTimer()
+			if err := r.Checkpoint(ctx, "src", img, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("restore", func(b *testing.B) {
+		r := newTestRuntime(b, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+		spec := testSpec(b, defaultResources)
+		run(b, r, "src", spec)
+		waitCounter(b, rootOf(spec), 1)
+		img := b.TempDir()
+		if err := r.Checkpoint(ctx, "src", img, false); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; b.Loop(); i++ {
+			id := fmt.Sprintf("copy-%d", i)
+			if err := r.Restore(ctx, id, spec, img); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := r.Delete(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	b.Run("restore+exec", func(b *testing.B) {
+		r := newTestRuntime(b, "crun")
+		spec := agentSpec(b, defaultResources)
+		run(b, r, "src", spec)
+		c := client(b, r, "src")
+		mustExec(b, c, "true")
+		c.Close()
+		img := b.TempDir()
+		if err := r.Checkpoint(ctx, "src", img, false); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; b.Loop(); i++ {
+			id := fmt.Sprintf("copy-%d", i)
+			if err := r.Restore(ctx, id, spec, img); err != nil {
+				b.Fatal(err)
+			}
+			c := client(b, r, id)
+			mustExec(b, c, "true")
+			b.StopTimer()
+			c.Close()
+			if err := r.Delete(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+}
+
+// TestSync: a file written in a box whose root's writable layer is on an
+// ext4 disk image is in a copy of that image taken after Pause and Sync
+// (read with debugfs, without mounting the copy).
+func TestSync(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "debugfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (apt-get install e2fsprogs)", tool)
+		}
+	}
+	r := newTestRuntime(t, "crun")
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := agentSpec(t, defaultResources)
+	lower := rootOf(spec)
+	work := t.TempDir()
+	seed := filepath.Join(work, "seed")
+	for _, d := range []string{"upper", "work"} {
+		if err := os.MkdirAll(filepath.Join(seed, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disk := filepath.Join(work, "disk.img")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-d", seed, disk, "32M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	mnt := filepath.Join(work, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec.Rootfs = []mount.Mount{
+		{Type: "ext4", Source: disk, Target: mnt, Options: []string{"loop"}},
+		{Type: "overlay", Source: "overlay", Options: []string{
+			"lowerdir=" + lower, "upperdir=" + mnt + "/upper", "workdir=" + mnt + "/work",
+		}},
+	}
+	if err := r.Sync(ctx, id); !errdefs.IsNotFound(err) {
+		t.Errorf("Sync(%q) of an unknown sandbox = %v; want ErrNotFound", id, err)
+	}
+	run(t, r, id, spec)
+	c := client(t, r, id)
+	defer c.Close()
+	mustExec(t, c, "echo synced-data > /synced")
+	if err := r.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Sync(ctx, id); err != nil {
+		t.Fatalf("Sync(%q) = %v", id, err)
+	}
+	cp := filepath.Join(work, "copy.img")
+	if out, err := exec.Command("cp", "--sparse=always", disk, cp).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	out, err := exec.Command("debugfs", "-R", "cat /upper/synced", cp).Output()
+	if err != nil || string(out) != "synced-data\n" {
+		t.Errorf("/upper/synced in a copy of the disk after Sync = %q, %v; want synced-data", out, err)
+	}
+	if err := r.Unpause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestParallelRestores: copies restored at the same time from one
+// checkpoint (as a fork of several does) all run.
+func TestParallelRestores(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	ctx := testutil.Context(t)
+	src := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	run(t, r, src, spec)
+	n := waitCounter(t, rootOf(spec), 1)
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, src, img, true); err != nil {
+		t.Fatal(err)
+	}
+	const copies = 3
+	roots := make([]string, copies)
+	errs := make([]error, copies)
+	var wg sync.WaitGroup
+	for i := range copies {
+		roots[i] = copyRoot(t, rootOf(spec))
+		id := fmt.Sprintf("%s-%d", src, i)
+		cleanupBox(t, r, id)
+		s := *spec
+		s.Rootfs = []mount.Mount{{Type: "bind", Source: roots[i], Options: []string{"rbind"}}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.Restore(ctx, id, &s, img)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Restore of copy %d = %v", i, err)
+			continue
+		}
+		waitCounter(t, roots[i], n)
+	}
+}
+
+// TestCheckpointAfterDaemonRestart: a Runtime made again on the same
+// directories (a restarted daemon, whose runtime thread has a new mount
+// namespace without the old one's mounts) checkpoints a box the first one
+// started, restores it, and reaches its agent.
+func TestCheckpointAfterDaemonRestart(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun")
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := agentSpec(t, defaultResources)
+	if err := r.Create(ctx, id, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, r, id)
+	mustExec(t, c, "echo before > /f")
+	c.Close()
+	r.Close()
+	r2, err := New(r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r2.Close() })
+	cleanupBox(t, r2, id)
+	c = client(t, r2, id)
+	if got := mustExec(t, c, "cat /f"); got != "before\n" {
+		t.Fatalf("exec through a new Runtime = %q", got)
+	}
+	c.Close()
+	img := t.TempDir()
+	if err := r2.Checkpoint(ctx, id, img, false); err != nil {
+		t.Fatalf("Checkpoint(%q) after a restart = %v", id, err)
+	}
+	if err := r2.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Restore(ctx, id, spec, img); err != nil {
+		t.Fatalf("Restore(%q) after a restart = %v", id, err)
+	}
+	c = client(t, r2, id)
+	defer c.Close()
+	if got := mustExec(t, c, "cat /f"); got != "before\n" {
+		t.Errorf("exec after Restore = %q; want before", got)
 	}
 }

@@ -20,7 +20,8 @@ type Config struct {
 	// StateDir is the runtime's state directory (its --root).
 	StateDir string `toml:"state_dir"`
 	// RunDir holds one directory per sandbox: bundle/config.json,
-	// bundle/rootfs, agent.sock, agent.log, pid and mounts.json.
+	// bundle/rootfs, netns (the bind mount of its network namespace),
+	// agent.log, pid and mounts.json.
 	RunDir string `toml:"run_dir"`
 	// CgroupParent is the cgroup under which every sandbox gets its own
 	// cgroup "/<CgroupParent>/<id>" (cgroupfs driver).

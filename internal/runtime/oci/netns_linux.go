@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	goruntime "runtime"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/osthread"
 )
 
 // AgentSocketName is the abstract unix socket ("@corral-agent") on which the
@@ -25,9 +25,9 @@ const netnsFile = "netns"
 // joined, until removeNetNS), and with listen returns a listening socket
 // bound to "@corral-agent" in it.
 //
-// The work runs on an OS thread that unshares its network namespace and
-// then returns to the daemon's; if it cannot return, the thread stays
-// locked and dies with its goroutine.
+// The work runs on an OS thread (see osthread.Locked) that unshares its
+// network namespace and then returns to the daemon's; if it cannot return,
+// the thread ends with its goroutine.
 func newNetNS(p string, listen bool) (*os.File, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
 	if err != nil {
@@ -39,33 +39,29 @@ func newNetNS(p string, listen bool) (*os.File, error) {
 		err error
 	}
 	ch := make(chan result, 1)
-	go func() {
-		goruntime.LockOSThread()
+	osthread.Locked(func() bool {
 		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			goruntime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("open own network namespace: %w", err)}
-			return
+			return true
 		}
 		defer unix.Close(orig)
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			goruntime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("unshare network namespace: %w", err)}
-			return
+			return true
 		}
 		l, err := setupNetNS(p, listen)
 		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-			// Leave the thread locked: it exits with this goroutine.
 			if l != nil {
 				l.Close()
 			}
 			_ = unix.Unmount(p, unix.MNT_DETACH)
 			ch <- result{err: fmt.Errorf("return to own network namespace: %w", serr)}
-			return
+			return false // the thread ends with its goroutine
 		}
-		goruntime.UnlockOSThread()
 		ch <- result{l, err}
-	}()
+		return true
+	})
 	r := <-ch
 	return r.l, r.err
 }

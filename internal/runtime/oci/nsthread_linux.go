@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	goruntime "runtime"
+	"sync"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/osthread"
 )
 
 // nsThread is one OS thread in a private mount namespace that runs every
@@ -22,32 +25,42 @@ import (
 // thread if the daemon dies, so nothing leaks.
 //
 // The thread is never unlocked: when its goroutine ends, the Go runtime
-// terminates the thread instead of reusing it elsewhere.
+// terminates the thread instead of reusing it elsewhere. It is never the
+// process's main thread (see package osthread).
 type nsThread struct {
 	reqs chan func()
 	tid  int
-	done chan struct{}
+	quit chan struct{} // closed by close
+	done chan struct{} // closed when the thread's goroutine ends
+	once sync.Once
 }
+
+// errClosed is returned by Do once the thread is closed.
+var errClosed = fmt.Errorf("oci runtime is closed: %w", errdefs.ErrUnavailable)
 
 // unifiedMount is the cgroup2 mount point of a hybrid host.
 const unifiedMount = "/sys/fs/cgroup/unified"
 
 func newNSThread() (*nsThread, error) {
-	t := &nsThread{reqs: make(chan func()), done: make(chan struct{})}
+	t := &nsThread{reqs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{})}
 	errc := make(chan error, 1)
-	go func() {
+	osthread.Throwaway(func() { // never unlocked: the thread dies with the goroutine
 		defer close(t.done)
-		goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
 		if err := setupMountNS(); err != nil {
 			errc <- err
 			return
 		}
 		t.tid = unix.Gettid()
 		errc <- nil
-		for fn := range t.reqs {
-			fn()
+		for {
+			select {
+			case fn := <-t.reqs:
+				fn()
+			case <-t.quit:
+				return
+			}
 		}
-	}()
+	})
 	if err := <-errc; err != nil {
 		return nil, err
 	}
@@ -95,7 +108,11 @@ func isCgroup2Mount(p string) (bool, error) {
 // Do runs fn on the thread and returns its error.
 func (t *nsThread) Do(fn func() error) error {
 	errc := make(chan error, 1)
-	t.reqs <- func() { errc <- fn() }
+	select {
+	case t.reqs <- func() { errc <- fn() }:
+	case <-t.done:
+		return errClosed
+	}
 	return <-errc
 }
 
@@ -107,6 +124,6 @@ func (t *nsThread) mountInfoPath() string {
 // close ends the thread (and with it the namespace and its mounts, unless
 // processes started from it still hold them).
 func (t *nsThread) close() {
-	close(t.reqs)
+	t.once.Do(func() { close(t.quit) })
 	<-t.done
 }

@@ -629,6 +629,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.removeNetNS(r.netnsPath(id)); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	r.killCgroup(id)
 	if err := r.removeCgroup(ctx, id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
@@ -669,6 +670,36 @@ func (r *Runtime) unmountAll(dir string) error {
 		}
 		return nil
 	})
+}
+
+// killCgroup SIGKILLs every process left in the sandbox's cgroups, at any
+// depth: what has no pid file to be found by, such as the processes of a
+// restore that failed halfway or was stopped.
+func (r *Runtime) killCgroup(id string) {
+	dirs, _ := cgroups.Dirs(cgroups.Root, r.CgroupPath(id))
+	for _, d := range dirs {
+		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			for _, f := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || pid == os.Getpid() {
+					continue
+				}
+				fd, err := unix.PidfdOpen(pid, 0)
+				if err != nil {
+					continue
+				}
+				if r.inCgroup(pid, id) { // not a reused pid
+					_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+				}
+				unix.Close(fd)
+			}
+			return nil
+		})
+	}
 }
 
 // removeCgroup removes the sandbox's cgroups, retrying with a short backoff

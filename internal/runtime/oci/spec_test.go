@@ -199,13 +199,19 @@ func TestConfigValidate(t *testing.T) {
 
 func TestBuildSpecHostNetwork(t *testing.T) {
 	for _, host := range []bool{false, true} {
-		sp, err := buildSpec(specParams{id: "x", spec: &sandbox.Spec{HostNetwork: host, AgentBinary: "/bin/true"}, cgroupsPath: "/c/x", nofile: 1024})
+		const netns = "/run/corral/sandboxes/x/netns"
+		sp, err := buildSpec(specParams{id: "x", spec: &sandbox.Spec{HostNetwork: host, AgentBinary: "/bin/true"}, cgroupsPath: "/c/x", netns: netns, nofile: 1024})
 		if err != nil {
 			t.Fatal(err)
 		}
-		hasNet := slices.ContainsFunc(sp.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.NetworkNamespace })
-		if hasNet == host {
+		i := slices.IndexFunc(sp.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.NetworkNamespace })
+		if hasNet := i >= 0; hasNet == host {
 			t.Errorf("HostNetwork=%v: network namespace present = %v", host, hasNet)
+		}
+		// The daemon makes the namespace (the agent's socket is in it):
+		// the runtime joins it.
+		if i >= 0 && sp.Linux.Namespaces[i].Path != netns {
+			t.Errorf("network namespace path = %q; want %q", sp.Linux.Namespaces[i].Path, netns)
 		}
 	}
 }

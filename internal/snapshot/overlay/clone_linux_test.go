@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/osthread"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
@@ -316,6 +316,27 @@ func TestDiskVolume(t *testing.T) {
 	wantVolume("after an idle Close", false)
 }
 
+// TestDiskVolumePath: disk_volume set to a path makes the volume's image
+// there (here on the same file system as the root, which does not matter)
+// and mounts it on <root>/disks.
+func TestDiskVolumePath(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if findMkfsXFS() == "" {
+		t.Skip("mkfs.xfs not installed (apt-get install xfsprogs)")
+	}
+	image := filepath.Join(t.TempDir(), "vol", "disks.img")
+	s := newMountedStore(t, image)
+	if s.vol == nil || s.vol.image != image || !s.reflink {
+		t.Fatalf("New(disk volume %s): volume %+v, reflink %v; want that image, reflinks", image, s.vol, s.reflink)
+	}
+	if loops := allLoopsBacking(t, filepath.Dir(image)); len(loops) != 1 {
+		t.Errorf("loop devices backed by %s: %v; want 1", image, loops)
+	}
+	if m, err := volumeMounted(s.path("disks")); !m || err != nil {
+		t.Errorf("volume mounted on %s = %v, %v; want true", s.path("disks"), m, err)
+	}
+}
+
 // TestVolumeInOtherNamespace: the disks of the volume can be mounted from
 // a private mount namespace made before the volume was (as the runtime's
 // thread is; on a host whose "/" is private nothing propagates into it)
@@ -376,9 +397,8 @@ func newNSThread(t testing.TB) *nsThread {
 	t.Helper()
 	ns := &nsThread{reqs: make(chan func()), done: make(chan struct{})}
 	errc := make(chan error, 1)
-	go func() {
+	osthread.Throwaway(func() { // the thread ends with the goroutine
 		defer close(ns.done)
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 			errc <- err
 			return
@@ -391,7 +411,7 @@ func newNSThread(t testing.TB) *nsThread {
 		for fn := range ns.reqs {
 			fn()
 		}
-	}()
+	})
 	if err := <-errc; err != nil {
 		t.Fatalf("private mount namespace: %v", err)
 	}

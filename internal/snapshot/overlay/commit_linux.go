@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/mount"
+	"github.com/corral-sandbox/corral/internal/osthread"
 )
 
 // Commit makes a committed layer from the changes in the writable layer
@@ -57,10 +57,9 @@ func openPrivateMount(m mount.Mount, target, sub string) (*os.Root, error) {
 		err  error
 	}
 	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread exits with the goroutine, taking
-		// its mount namespace with it.
+	// The thread exits with the goroutine, taking its mount namespace
+	// with it.
+	osthread.Throwaway(func() {
 		ch <- func() result {
 			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 				return result{err: fmt.Errorf("unshare mount namespace: %w", err)}
@@ -75,7 +74,7 @@ func openPrivateMount(m mount.Mount, target, sub string) (*os.Root, error) {
 			root, err := os.OpenRoot(filepath.Join(target, sub))
 			return result{root: root, err: err}
 		}()
-	}()
+	})
 	r := <-ch
 	return r.root, r.err
 }

@@ -164,7 +164,7 @@ func TestPrepare(t *testing.T) {
 	}
 
 	// A restarted store lists both and removes them.
-	s2, err := New(s.root, WithPoolSize(0), WithDiskVolume(DiskVolumeOff))
+	s2, err := New(s.root, WithPoolSize(0), WithDiskVolume(DiskVolumeOff), WithLogger(log.G(ctx)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,5 +210,31 @@ func TestLongChain(t *testing.T) {
 		if want := chain[n-1-i]; err != nil || got != want {
 			t.Fatalf("EvalSymlinks(%q) = %q, %v; want %q", d, got, err, want)
 		}
+	}
+}
+
+func TestConfigDiskVolume(t *testing.T) {
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{
+		{"", true}, {DiskVolumeAuto, true}, {DiskVolumeOff, true}, {"/srv/corral-disks.img", true},
+		{"disks.img", false}, {"/srv/../disks.img", false}, {"on", false},
+	} {
+		c := DefaultConfig()
+		c.DiskVolume = tc.v
+		if err := c.Validate(); (err == nil) != tc.ok || (err != nil && !errdefs.IsInvalidArgument(err)) {
+			t.Errorf("Config{DiskVolume: %q}.Validate() = %v; want ok %v", tc.v, err, tc.ok)
+		}
+	}
+	var o options
+	for _, opt := range (Config{DiskVolume: DiskVolumeOff}).Opts() {
+		opt(&o)
+	}
+	if o.diskVolume != DiskVolumeOff {
+		t.Errorf("Opts() set disk volume %q; want %q", o.diskVolume, DiskVolumeOff)
+	}
+	if _, err := New(t.TempDir(), WithDiskVolume("relative")); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("New(WithDiskVolume(relative)) = %v; want InvalidArgument", err)
 	}
 }

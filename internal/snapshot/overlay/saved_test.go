@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
@@ -187,7 +188,7 @@ func TestScratchRemoved(t *testing.T) {
 	if disks, err := s.Disks(ctx); err != nil || len(disks) != 0 {
 		t.Errorf("Disks() = %+v, %v with a copy in progress; want none", disks, err)
 	}
-	s2, err := New(s.root, WithPoolSize(0), WithDiskVolume(DiskVolumeOff))
+	s2, err := New(s.root, WithPoolSize(0), WithDiskVolume(DiskVolumeOff), WithLogger(log.G(ctx)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,8 @@ type volume struct {
 	// volume was mounted (on a host whose "/" is private, as on systemd-less
 	// hosts, a later host mount does not propagate into it).
 	fd *os.File
+	// fdPath is "/proc/<pid>/fd/<fd>", fd's path.
+	fdPath string
 }
 
 // minVolumeBytes is the smallest volume made (mkfs.xfs needs 300 MB).
@@ -74,43 +76,44 @@ func openVolume(ctx context.Context, dir, image, mkfsXFS string) (*volume, error
 	}
 	switch {
 	case mounted:
-		devs, err := loopDevices(image)
+		dev, err := attachedLoop(image)
 		if err != nil {
 			return nil, fmt.Errorf("disk volume: %w", err)
 		}
-		for _, d := range devs {
-			if d == src {
-				v.owned = true
-			}
+		if dev != nil {
+			v.owned = dev.Name() == src
+			dev.Close()
 		}
 		log.G(ctx).Info("disk volume already mounted", "dir", dir, "source", src, "type", fstype, "ours", v.owned)
 	default:
 		if err := makeVolumeImage(ctx, image, mkfsXFS); err != nil {
 			return nil, err
 		}
-		devs, err := loopDevices(image)
+		dev, err := attachedLoop(image)
 		if err != nil {
 			return nil, fmt.Errorf("disk volume: %w", err)
 		}
 		m := mount.Mount{Type: "xfs", Source: image, Options: append([]string{"loop"}, volumeMountOptions...)}
-		if len(devs) > 0 {
+		if dev != nil {
 			// Attached but not mounted here: reuse the device (and with it
-			// any live superblock).
-			m = mount.Mount{Type: "xfs", Source: devs[0], Options: volumeMountOptions}
+			// any live superblock). Holding it open keeps it from being
+			// detached and taken by another file until it is mounted.
+			m = mount.Mount{Type: "xfs", Source: dev.Name(), Options: volumeMountOptions}
+			defer dev.Close()
 		}
 		if err := m.Mount(dir); err != nil {
 			return nil, fmt.Errorf("disk volume: %w", err)
 		}
 		v.owned = true
-		dev := m.Source
+		loop := m.Source
 		if src, _, ok, err := mountedAt("/proc/thread-self/mountinfo", dir); err == nil && ok {
-			dev = src
+			loop = src
 		}
 		// Direct I/O from the loop device to the image: the volume's file
 		// system caches the disk images' pages already, the host's page
 		// cache would hold them a second time.
-		dio := setDirectIO(dev) == nil
-		log.G(ctx).Info("disk volume mounted", "dir", dir, "image", image, "device", dev, "direct_io", dio)
+		dio := setDirectIO(loop) == nil
+		log.G(ctx).Info("disk volume mounted", "dir", dir, "image", image, "device", loop, "device_reused", dev != nil, "direct_io", dio)
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -118,6 +121,7 @@ func openVolume(ctx context.Context, dir, image, mkfsXFS string) (*volume, error
 		return nil, fmt.Errorf("disk volume: open %s: %w", dir, err)
 	}
 	v.fd = os.NewFile(uintptr(fd), dir)
+	v.fdPath = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
 	return v, nil
 }
 
@@ -128,7 +132,7 @@ func (v *volume) path(p string) string {
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return p
 	}
-	return fmt.Sprintf("/proc/%d/fd/%d/%s", os.Getpid(), v.fd.Fd(), rel)
+	return v.fdPath + "/" + rel
 }
 
 // close releases v; with unmount, it also unmounts the volume if it is
@@ -265,9 +269,9 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// loopDevices returns the loop devices ("/dev/loopN") whose backing file is
-// file (the same inode), none when file does not exist.
-func loopDevices(file string) ([]string, error) {
+// attachedLoop returns the loop device ("/dev/loopN") whose backing file
+// is file (the same inode), open, or nil when there is none (or no file).
+func attachedLoop(file string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(file, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -276,20 +280,19 @@ func loopDevices(file string) ([]string, error) {
 		return nil, err
 	}
 	bound, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var out []string
 	for _, b := range bound {
 		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(b)))
-		fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue // detached meanwhile
 		}
-		info, err := unix.IoctlLoopGetStatus64(fd)
-		_ = unix.Close(fd)
+		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
 		if err == nil && info.Device == st.Dev && info.Inode == st.Ino {
-			out = append(out, dev)
+			return f, nil
 		}
+		f.Close()
 	}
-	return out, nil
+	return nil, nil
 }
 
 // setDirectIO turns on direct I/O of loop device dev.
