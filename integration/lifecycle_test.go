@@ -76,7 +76,8 @@ func (d *daemon) waitCountAbove(id string, n int) int {
 // counterPid returns the pid (inside the box) of the counting shell.
 func (d *daemon) counterPid(id string) string {
 	d.t.Helper()
-	out := d.must("exec", id, "--", "sh", "-c", `for p in /proc/[0-9]*; do if grep -q 'while' $p/cmdline 2>/dev/null; then basename $p; fi; done`)
+	// "wh[i]le": the probe's own shell and greps must not match.
+	out := d.must("exec", id, "--", "sh", "-c", `for p in /proc/[0-9]*; do if grep -q 'wh[i]le' $p/cmdline 2>/dev/null; then basename $p; fi; done`)
 	return strings.TrimSpace(out)
 }
 
@@ -119,6 +120,9 @@ func TestSuspendResumeKeepsFilesAndProcesses(t *testing.T) {
 	d.must("exec", "--detach", id, "--", "sh", "-c", counterScript)
 	last := d.waitCountAbove(id, 0)
 	pid := d.counterPid(id)
+	if _, err := strconv.Atoi(pid); err != nil {
+		t.Fatalf("counter pid = %q; want one process", pid)
+	}
 	for i := 1; i <= 5; i++ {
 		d.must("exec", id, "--", "sh", "-c", fmt.Sprintf("mkdir -p /data && echo %d > /data/f%d", i, i))
 		before := d.waitCountAbove(id, 0)
