@@ -170,6 +170,34 @@ func TestPrintSections(t *testing.T) {
 		"target >= 100 create+rm per second: NOT met (50.0/s with 4 clients)",
 		"target >= 1000 idle boxes at <= 2.00 MiB each: NOT met (1000 boxes, 3.00 MiB each)",
 		"fork after 1 GiB written / after 1 MiB written: 1.10x",
+		"target create -> first exec done <= 2 ms median with a warm pool: NOT met (4 ms)",
+		"target fork <= 50 ms, flat in the data written: met (22 ms after 1 GiB)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Print output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "target memory restore") {
+		t.Errorf("Print output has a restore target for a failed resume series:\n%s", out)
+	}
+}
+
+// TestPrintPoolTargets: the warm-pool lifecycle is compared with raw crun,
+// and a resume is held to the restore target.
+func TestPrintPoolTargets(t *testing.T) {
+	rep := &Report{Results: []Result{
+		{Group: GroupLifecycle, Name: PeerName("crun"), N: 30, Median: 10 * time.Millisecond},
+		{Group: GroupLifecycle, Name: NamePoolLifecycle, N: 30, Median: 9 * time.Millisecond},
+		{Group: GroupLifecycle, Name: NamePoolExec, N: 30, Median: 1900 * time.Microsecond},
+		{Group: GroupSuspend, Name: NameResume, N: 5, Median: 120 * time.Millisecond},
+	}}
+	var buf bytes.Buffer
+	Print(&buf, rep)
+	out := buf.String()
+	for _, want := range []string{
+		"target lifecycle <= 1.5x raw crun run, with a warm pool: met (0.90x)",
+		"target create -> first exec done <= 2 ms median with a warm pool: met (1.9 ms)",
+		"target memory restore <= 100 ms for a small process tree: NOT met (resume of a suspended box 120 ms)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Print output lacks %q:\n%s", want, out)

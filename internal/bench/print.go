@@ -180,6 +180,14 @@ func printTargets(w io.Writer, rep *Report) {
 	if r, ok := rep.Ratios["crun"]; ok {
 		fmt.Fprintf(w, "target lifecycle <= 1.5x raw crun run: %s (%.2fx)\n", verdict(r <= 1.5), r)
 	}
+	crun, pooled := rep.result(PeerName("crun")), rep.result(NamePoolLifecycle)
+	if crun != nil && pooled != nil && crun.Median > 0 && pooled.Median > 0 {
+		r := float64(pooled.Median) / float64(crun.Median)
+		fmt.Fprintf(w, "target lifecycle <= 1.5x raw crun run, with a warm pool: %s (%.2fx)\n", verdict(r <= 1.5), r)
+	}
+	if r := rep.result(NamePoolExec); r != nil && r.Err == "" && r.Median > 0 {
+		fmt.Fprintf(w, "target create -> first exec done <= 2 ms median with a warm pool: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
+	}
 	if r := rep.result(NameExec); r != nil && r.Err == "" && r.Median > 0 {
 		fmt.Fprintf(w, "target exec round trip <= 2 ms median: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
 	}
@@ -197,6 +205,10 @@ func printTargets(w io.Writer, rep *Report) {
 	if small != nil && big != nil && small.Median > 0 && big.Median > 0 {
 		fmt.Fprintf(w, "fork after 1 GiB written / after 1 MiB written: %.2fx (%s vs %s)\n",
 			float64(big.Median)/float64(small.Median), ms(big.Median), ms(small.Median))
+		fmt.Fprintf(w, "target fork <= 50 ms, flat in the data written: %s (%s after 1 GiB)\n", verdict(big.Median <= 50*time.Millisecond), ms(big.Median))
+	}
+	if r := rep.result(NameResume); r != nil && r.Err == "" && r.Median > 0 {
+		fmt.Fprintf(w, "target memory restore <= 100 ms for a small process tree: %s (resume of a suspended box %s)\n", verdict(r.Median <= 100*time.Millisecond), ms(r.Median))
 	}
 }
 

@@ -156,6 +156,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		StateDir:  filepath.Join(cfg.Root, "sandboxes"),
 		Snapshots: images,
 		InitAgent: initAgent,
+		WarmAgent: func(ctx context.Context, id, addr string) error {
+			if a := d.api; a != nil {
+				return a.WarmAgent(ctx, id, addr)
+			}
+			return nil
+		},
 		DropAgentConns: func(addr string) {
 			if a := d.api; a != nil {
 				a.DropAgentConns(addr)
@@ -188,9 +194,6 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	d.manager = m
 	activity.m.Store(m)
 	if err := m.Recover(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.Start(ctx, cfg.poolSpecs()); err != nil {
 		return nil, err
 	}
 	if d.tunnels, err = tunnel.Open(filepath.Join(cfg.Root, "tunnels.json")); err != nil {
@@ -236,6 +239,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		},
 	})
 	if err != nil {
+		return nil, err
+	}
+	// The pools start filling once the API exists: their boxes are warmed
+	// up through it (WarmAgent).
+	if err := m.Start(ctx, cfg.poolSpecs()); err != nil {
 		return nil, err
 	}
 	return d, nil

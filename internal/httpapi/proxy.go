@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
 
+	processpb "github.com/corral-sandbox/corral/api/gen/process"
+	"github.com/corral-sandbox/corral/api/gen/process/processconnect"
 	"github.com/corral-sandbox/corral/internal/agentclient"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -145,6 +148,9 @@ func newAgentProxy(m *sandbox.Manager, dial DialFunc) *agentProxy {
 			if !ok {
 				return nil, fmt.Errorf("proxy: unexpected host %q: %w", host, errdefs.ErrInternal)
 			}
+			if w, ok := ctx.Value(warmKey{}).(warmTarget); ok && w.id == id {
+				return dial(ctx, w.addr) // a pooled box, which Get does not show
+			}
 			rec, err := m.Get(ctx, id)
 			if err != nil {
 				return nil, err
@@ -210,6 +216,33 @@ func (p *agentProxy) serve(w http.ResponseWriter, r *http.Request, idOrName, pat
 	defer p.busy.end(rec.ID)
 	ctx := context.WithValue(r.Context(), targetKey{}, target{id: rec.ID, path: path})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+type warmKey struct{}
+
+// warmTarget is the sandbox WarmAgent dials: pooled sandboxes are hidden
+// from Manager.Get, which the proxy's dialer uses.
+type warmTarget struct{ id, addr string }
+
+// WarmAgent runs "true" in sandbox id, whose agent is at addr, through the
+// proxy's transport, and leaves the connection open in the transport's
+// pool, so that the first request proxied to the sandbox neither dials nor
+// waits for the agent to page in its exec path. The daemon wires it as
+// sandbox.ManagerConfig.WarmAgent, for warm pools.
+func (s *Server) WarmAgent(ctx context.Context, id, addr string) error {
+	ctx = context.WithValue(ctx, warmKey{}, warmTarget{id: id, addr: addr})
+	pc := processconnect.NewProcessClient(&http.Client{Transport: s.proxy.tr}, "http://"+id+agentHostSuffix)
+	stream, err := pc.Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if end := stream.Msg().GetEvent().GetEnd(); end != nil && end.GetExitCode() != 0 {
+			return fmt.Errorf("true exited %d", end.GetExitCode())
+		}
+	}
+	return stream.Err()
 }
 
 // DropAgentConns closes the API's idle connections to sandbox agents (all

@@ -173,6 +173,7 @@ func (m *Manager) EnsureRunning(ctx context.Context, idOrName string) (Record, e
 
 // Touch records activity on the sandbox (it resets its idle timer).
 func (m *Manager) Touch(idOrName string) {
+	m.busy()
 	if b, err := m.lookup(idOrName); err == nil {
 		b.touch()
 	}

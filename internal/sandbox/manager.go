@@ -88,6 +88,14 @@ type ManagerConfig struct {
 	// of the agent at addr (a warm pool's sandbox handed out for a request
 	// that asks for its own).
 	InitAgent func(ctx context.Context, addr string, env []string, user, workdir string) error
+	// WarmAgent runs a command that does nothing in a warm pool's new
+	// sandbox id (agent at addr) through the connections that requests
+	// use, so that the first request after the hand-out finds a
+	// connection open and the agent's exec path paged in. Nil skips it.
+	WarmAgent func(ctx context.Context, id, addr string) error
+	// RefillQuiet and RefillMaxWait tune when warm pools refill (see
+	// DefaultRefillQuiet); zero takes the defaults.
+	RefillQuiet, RefillMaxWait time.Duration
 }
 
 // Manager creates, tracks and removes sandboxes. Every sandbox is recorded
@@ -118,7 +126,13 @@ type Manager struct {
 	writes sync.WaitGroup
 	// started is set by Start; guarded by mu.
 	started bool
+	// lastBusy is when a request last created, used or deleted a sandbox
+	// (Unix nanoseconds); pool refills wait for a quiet moment.
+	lastBusy atomic.Int64
 }
+
+// busy records that a request is creating, using or deleting a sandbox.
+func (m *Manager) busy() { m.lastBusy.Store(time.Now().UnixNano()) }
 
 // box is one sandbox in the index.
 type box struct {
@@ -160,6 +174,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	d.Pids = cmp.Or(d.Pids, DefaultPids)
 	cfg.MaxCPUs = cmp.Or(cfg.MaxCPUs, float64(runtime.NumCPU()*4))
 	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
+	cfg.RefillQuiet = cmp.Or(cfg.RefillQuiet, DefaultRefillQuiet)
+	cfg.RefillMaxWait = cmp.Or(cfg.RefillMaxWait, DefaultRefillMaxWait)
 	return &Manager{cfg: cfg, boxes: map[string]*box{}, pools: map[string]*pool{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}, nil
 }
@@ -175,6 +191,7 @@ func (m *Manager) DefaultImage() string { return m.cfg.DefaultImage }
 // everything made so far is removed. ctx bounds the wait only: the sandbox
 // does not end with ctx.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (Record, error) {
+	m.busy()
 	p, err := m.validate(ctx, req)
 	if err != nil {
 		return Record{}, err
@@ -502,6 +519,7 @@ func (m *Manager) Usage(ctx context.Context, idOrName string) (Usage, error) {
 // state "error" and is returned. Teardown runs on a context detached from
 // ctx.
 func (m *Manager) Delete(ctx context.Context, idOrName string, force bool) error {
+	m.busy()
 	return m.remove(ctx, idOrName, force, nil, false)
 }
 

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -258,4 +260,94 @@ func TestPoolRestart(t *testing.T) {
 	if ids := env.Runtime.IDs(); len(ids) != 1 || slices.Equal(ids, old) {
 		t.Errorf("runtime after refill = %v; want one new box (old %v)", ids, old)
 	}
+}
+
+// TestPoolWarmsAgents: every pooled sandbox is warmed up once before it is
+// ready; one whose warm-up fails is removed and replaced.
+func TestPoolWarmsAgents(t *testing.T) {
+	ctx := testutil.Context(t)
+	var (
+		mu     sync.Mutex
+		warmed []string
+		failed string
+	)
+	env, m := newLifecycle(t, func(c *sandbox.ManagerConfig) {
+		c.WarmAgent = func(ctx context.Context, id, addr string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if addr == "" {
+				return errors.New("no agent address")
+			}
+			if failed == "" {
+				failed = id
+				return errors.New("agent did not answer")
+			}
+			warmed = append(warmed, id)
+			return nil
+		}
+	})
+	if err := m.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SetPool(ctx, sandbox.PoolSpec{Image: "host", Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool to fill", func() bool { return ready(m) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	pooled := env.Runtime.IDs()
+	slices.Sort(pooled)
+	slices.Sort(warmed)
+	if !slices.Equal(pooled, warmed) {
+		t.Errorf("warmed %v; want each pooled sandbox %v once", warmed, pooled)
+	}
+	if slices.Contains(pooled, failed) {
+		t.Errorf("sandbox %s whose warm-up failed is still in the pool", failed)
+	}
+}
+
+// TestPoolRefillWaitsForQuiet: while requests keep using sandboxes, a pool
+// that is not low does not refill; once they stop, it does; a low pool
+// refills whatever the load.
+func TestPoolRefillWaitsForQuiet(t *testing.T) {
+	ctx := testutil.Context(t)
+	_, m := newLifecycle(t, func(c *sandbox.ManagerConfig) {
+		c.RefillQuiet = 300 * time.Millisecond
+		c.RefillMaxWait = time.Hour
+	})
+	if err := m.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SetPool(ctx, sandbox.PoolSpec{Image: "host", Size: 4}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool to fill", func() bool { return ready(m) == 4 })
+	rec := mustCreate(t, m, sandbox.CreateRequest{})
+	// Busy: a request every 50 ms for a second.
+	for range 20 {
+		m.Touch(rec.ID)
+		if n := ready(m); n != 3 {
+			t.Fatalf("ready = %d while requests run; want 3 (no refill until quiet)", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	eventually(t, "the refill once quiet", func() bool { return ready(m) == 4 })
+
+	// Down to a quarter: refills while busy.
+	for range 3 {
+		mustCreate(t, m, sandbox.CreateRequest{})
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				m.Touch(rec.ID)
+			}
+		}
+	}()
+	eventually(t, "a low pool to refill under load", func() bool { return ready(m) >= 2 })
 }
