@@ -102,6 +102,29 @@ build: {network: none}
 		t.Errorf("after re-build the tool prints %q", got)
 	}
 
+	// A changed run step runs again, with every step after it; the one
+	// before it comes from the cache.
+	changed := strings.Replace(readFile(spec), "echo $GREETING > /data/greeting", "echo $GREETING again > /data/greeting", 1)
+	if err := os.WriteFile(spec, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = d.must("build", "-f", spec)
+	if !strings.Contains(out, "echo built") || !strings.Contains(out, "again") {
+		t.Errorf("build output does not name its steps:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(line, "echo built") && !strings.Contains(line, "CACHED"):
+			t.Errorf("the step before the changed one ran again:\n%s", out)
+		case strings.Contains(line, "again") && strings.Contains(line, "CACHED"),
+			strings.Contains(line, "copy") && strings.Contains(line, "CACHED"):
+			t.Errorf("the changed step or one after it came from the cache:\n%s", out)
+		}
+	}
+	if got := d.must("run", "--image", "it-app", "--", "cat", "/data/greeting"); got != "hello again\n" {
+		t.Errorf("after changing a run step /data/greeting = %q; want %q", got, "hello again\n")
+	}
+
 	// A failing step: its output and exit code, and nothing tagged.
 	bad := writeSpec(t, t.TempDir(), "name: it-bad\nfrom: busybox\nrun:\n  - echo about to fail; exit 3\nbuild: {network: none}\n")
 	out, errOut, err := d.corral("build", "-f", bad)

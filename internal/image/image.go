@@ -178,10 +178,36 @@ func (s *Store) Get(ctx context.Context, name string) (sandbox.Image, error) {
 
 // withLayers fills img.Layers from the layer store's chain.
 func (s *Store) withLayers(img sandbox.Image) sandbox.Image {
-	if chain, err := s.layers.Chain(img.TopLayer); err == nil {
-		img.Layers = len(chain)
+	if layers, size, err := s.layerChain(img.TopLayer); err == nil {
+		img.Layers, img.Size = len(layers), size
 	}
 	return img
+}
+
+// maxLayerChain bounds the layers of one image that layerChain follows.
+const maxLayerChain = 500
+
+// layerChain returns the layers from top down to the base, bottom first,
+// and the bytes they use together.
+func (s *Store) layerChain(top string) ([]LayerInfo, int64, error) {
+	var (
+		out  []LayerInfo
+		size int64
+	)
+	for k := top; k != ""; {
+		l, err := s.layers.Layer(k)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, LayerInfo{Key: l.Key, DiffID: l.DiffID, Size: l.Size})
+		size += l.Size
+		k = l.Parent
+		if len(out) > maxLayerChain {
+			return nil, 0, fmt.Errorf("layer chain too long: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	slices.Reverse(out)
+	return out, size, nil
 }
 
 // List returns all images sorted by name.
@@ -296,10 +322,10 @@ func (s *Store) importLayer(ctx context.Context, name string, fill func(ctx cont
 	return s.withLayers(img), nil
 }
 
-// register fills in the size and writes r, refusing to overwrite an
+// register fills in the size (of all the image's layers) and writes r, refusing to overwrite an
 // existing record unless replace.
 func (s *Store) register(ctx context.Context, r record, replace bool) (sandbox.Image, error) {
-	size, err := s.layers.LayerSize(r.TopLayer)
+	_, size, err := s.layerChain(r.TopLayer)
 	if err != nil {
 		return sandbox.Image{}, err
 	}

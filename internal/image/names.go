@@ -85,19 +85,9 @@ func (s *Store) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	info := Info{Image: r.Image, ID: r.TopLayer, Source: r.Source, Reference: r.Reference, Digest: r.Digest, Spec: r.Spec}
-	for k := r.TopLayer; k != ""; {
-		l, err := s.layers.Layer(k)
-		if err != nil {
-			return Info{}, fmt.Errorf("image %s: %w", name, err)
-		}
-		info.LayerInfo = append(info.LayerInfo, LayerInfo{Key: l.Key, DiffID: l.DiffID, Size: l.Size})
-		info.Size += l.Size
-		k = l.Parent
-		if len(info.LayerInfo) > 500 {
-			return Info{}, fmt.Errorf("image %s: layer chain too long: %w", name, errdefs.ErrInvalidArgument)
-		}
+	if info.LayerInfo, info.Size, err = s.layerChain(r.TopLayer); err != nil {
+		return Info{}, fmt.Errorf("image %s: %w", name, err)
 	}
-	slices.Reverse(info.LayerInfo)
 	info.Layers = len(info.LayerInfo)
 	return info, nil
 }

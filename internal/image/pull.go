@@ -198,10 +198,21 @@ func (s *Store) applyLayer(ctx context.Context, dir string, l source.Layer, prog
 	if _, err := archive.Apply(ctx, root, rc, opts); err != nil {
 		return err
 	}
-	// Trailing bytes after the tar's end still count for the digest.
-	_, err = io.Copy(io.Discard, rc)
-	return err
+	// Trailing bytes after the tar's end still count for the digest. Tar
+	// writers pad to a record (10 KiB at most); more is refused, so that a
+	// compressed bomb after the archive cannot keep the daemon busy.
+	n, err := io.Copy(io.Discard, io.LimitReader(rc, maxTrailing+1))
+	if err != nil {
+		return err
+	}
+	if n > maxTrailing {
+		return fmt.Errorf("layer has more than %d KiB after the end of its tar archive: %w", maxTrailing>>10, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
+
+// maxTrailing is how many bytes a layer may have after its tar archive ends.
+const maxTrailing = 1 << 20
 
 func short(digest string) string {
 	if h, ok := strings.CutPrefix(digest, "sha256:"); ok && len(h) > 12 {

@@ -157,9 +157,27 @@ func TestPull(t *testing.T) {
 		t.Errorf("Inspect = %+v", info)
 	}
 	want, _ := img.ConfigFile()
+	var sum int64
 	for i, l := range info.LayerInfo {
 		if l.DiffID != want.RootFS.DiffIDs[i].String() {
 			t.Errorf("layer %d diff ID %s; want %s", i, l.DiffID, want.RootFS.DiffIDs[i])
+		}
+		sum += l.Size
+	}
+	// The image's size is its layers' together, each counted once, in
+	// Inspect, List and the pull's own answer.
+	top1, _ := layers.LayerSize(info.LayerInfo[1].Key)
+	if info.Size != sum || sum <= top1 {
+		t.Errorf("Inspect size = %d; want the sum of its 2 layers %d (top alone %d)", info.Size, sum, top1)
+	}
+	if got.Size != sum {
+		t.Errorf("Pull size = %d; want %d", got.Size, sum)
+	}
+	all, err := s.List(ctx)
+	must(t, err)
+	for _, l := range all {
+		if l.TopLayer == info.ID && l.Size != sum {
+			t.Errorf("List size of %s = %d; want %d", l.Name, l.Size, sum)
 		}
 	}
 
@@ -218,5 +236,30 @@ func TestLoad(t *testing.T) {
 	must(t, os.WriteFile(garbage, bytes.Repeat([]byte("junk"), 1000), 0o644))
 	if _, err := s.Load(ctx, garbage, LoadOptions{Name: "junk"}, nil); err == nil {
 		t.Error("Load(garbage) succeeded")
+	}
+}
+
+// TestLoadRefusesTrailingBomb: a layer whose tar archive is followed by a
+// long run of bytes (here 8 MiB of zeros, a few KiB once compressed) is
+// refused once it passes the bound, and nothing is registered.
+func TestLoadRefusesTrailingBomb(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := context.Background()
+	s, _ := newStores(t)
+	data := append(tarball(t, false, tarEntry{name: "a", body: "a", typ: tar.TypeReg}), make([]byte, 8<<20)...)
+	l, err := ggtar.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	must(t, err)
+	img, err := mutate.AppendLayers(empty.Image, l)
+	must(t, err)
+	dir := filepath.Join(t.TempDir(), "layout")
+	p, err := layout.Write(dir, empty.Index)
+	must(t, err)
+	must(t, p.AppendImage(img))
+	_, err = s.Load(ctx, dir, LoadOptions{Name: "bomb"}, nil)
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "after the end of its tar archive") {
+		t.Fatalf("Load(layer with 8 MiB after its tar) = %v; want InvalidArgument naming the trailing data", err)
+	}
+	if _, err := s.Get(ctx, "bomb"); !errdefs.IsNotFound(err) {
+		t.Errorf("Get(bomb) after a refused load = %v; want NotFound", err)
 	}
 }
