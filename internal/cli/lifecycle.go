@@ -299,7 +299,10 @@ func (a *app) poolCmd() *cobra.Command {
 		Long: `A warm pool keeps sandboxes of one image, runtime and limits created and
 started, hidden from "corral ls". "corral create" (and run, and the API) with
 the same image, runtime and limits takes one at once, applies its name,
-labels, env, network and timeouts, and the pool refills in the background.
+labels, env, network and timeouts, and the pool refills in the background:
+in the first 50 ms without sandbox requests, at once when it is down to a
+quarter, and at least once a second, so refills do not slow a burst of
+requests. Each new box is warmed up (a "true" runs in it) before it joins.
 --no-pool at create opts out. Pools survive a daemon restart.`,
 	}
 	cmd.AddCommand(a.poolSetCmd(), a.poolLsCmd(), a.poolRmCmd())
