@@ -697,16 +697,7 @@ func testCheckpointAgentConnections(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	c.Close()
-	img := t.TempDir()
-	if err := r.Checkpoint(ctx, id, img, false); err != nil {
-		t.Fatalf("Checkpoint(%q) of a paused box with no connection left = %v", id, err)
-	}
-	if err := r.Delete(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Restore(ctx, id, spec, img); err != nil {
-		t.Fatalf("Restore(%q) = %v", id, err)
-	}
+	checkpointAndRestore(t, r, id, spec, "of a paused box with no connection left")
 	c = client(t, r, id)
 	defer c.Close()
 	if got := mustExec(t, c, "echo back; hostname"); got != "back\nbox\n" {
@@ -979,19 +970,27 @@ func TestCheckpointAfterDaemonRestart(t *testing.T) {
 		t.Fatalf("exec through a new Runtime = %q", got)
 	}
 	c.Close()
-	img := t.TempDir()
-	if err := r2.Checkpoint(ctx, id, img, false); err != nil {
-		t.Fatalf("Checkpoint(%q) after a restart = %v", id, err)
-	}
-	if err := r2.Delete(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if err := r2.Restore(ctx, id, spec, img); err != nil {
-		t.Fatalf("Restore(%q) after a restart = %v", id, err)
-	}
+	checkpointAndRestore(t, r2, id, spec, "after a restart")
 	c = client(t, r2, id)
 	defer c.Close()
 	if got := mustExec(t, c, "cat /f"); got != "before\n" {
 		t.Errorf("exec after Restore = %q; want before", got)
+	}
+}
+
+// checkpointAndRestore checkpoints sandbox id (stopping it), deletes it and
+// restores it from the checkpoint; when names the case in failures.
+func checkpointAndRestore(t *testing.T, r *Runtime, id string, spec *sandbox.Spec, when string) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	img := t.TempDir()
+	if err := r.Checkpoint(ctx, id, img, false); err != nil {
+		t.Fatalf("Checkpoint(%q) %s = %v", id, when, err)
+	}
+	if err := r.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore(ctx, id, spec, img); err != nil {
+		t.Fatalf("Restore(%q) %s = %v", id, when, err)
 	}
 }
