@@ -53,7 +53,13 @@ func (s *Server) filesTarget(r *http.Request) (string, *account, error) {
 	if p == "" {
 		return "", acc, nil
 	}
-	return resolvePath(acc.Home, p), acc, nil
+	rp := resolvePath(acc.Home, p)
+	if strings.HasSuffix(p, "/") && rp != "/" {
+		// A trailing slash names a directory (as in POSIX): keep it, so a
+		// regular file at "f/" is refused rather than read or written.
+		rp += "/"
+	}
+	return rp, acc, nil
 }
 
 // openRegular opens p for reading without blocking on fifos or devices and
@@ -193,6 +199,9 @@ func (s *Server) postFiles(w http.ResponseWriter, r *http.Request) {
 // writeFile streams src into p: parents are created, a symlink as the last
 // component is not followed, and only regular files are written.
 func writeFile(p string, src io.Reader, acc *account) error {
+	if strings.HasSuffix(p, "/") {
+		return fmt.Errorf("%s names a directory: %w", p, errNotRegular)
+	}
 	if err := mkdirAllAs(path.Dir(p), acc); err != nil {
 		return err
 	}
