@@ -21,8 +21,10 @@ import (
 const (
 	// agentThreads is how many threads the agent keeps: its steady state is
 	// about 7 (GOMAXPROCS, sysmon, the signal and netpoll threads), the
-	// rest is headroom for blocking file-system calls.
-	agentThreads = 16
+	// rest is headroom for blocking file-system calls. Each thread costs
+	// about 40 KiB of memory (Go and kernel stacks, task struct) in every
+	// box.
+	agentThreads = 12
 	// agentPidsShare caps the reservation at 1/agentPidsShare of a small
 	// pids limit, so --pids 20 still leaves most of it to the commands.
 	agentPidsShare = 3
