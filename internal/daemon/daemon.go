@@ -131,6 +131,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		d.closers = append(d.closers, rt.Close)
 		runtimes[name] = rt
 	}
+	if _, err := exec.LookPath("criu"); err == nil {
+		if note := criuCacheNote("/run"); note != "" {
+			log.G(ctx).Warn(note)
+		}
+	}
 	if runtimes[cfg.DefaultRuntime] == nil {
 		return nil, fmt.Errorf("default runtime %s: binary not found: %w", cfg.DefaultRuntime, errdefs.ErrUnavailable)
 	}
@@ -445,6 +450,19 @@ func agentReady(ctx context.Context, addr string) error {
 	}
 	defer c.Close()
 	return c.WaitReady(ctx)
+}
+
+// criuCacheNote says why CRIU cannot keep its probe of the kernel between
+// runs, or "" when it can. CRIU caches the probe in /run/criu.kdat only when
+// /run is a tmpfs (so that a reboot clears it); elsewhere every checkpoint
+// and restore probes again (about 20 ms each on our CI machine: resume of
+// a small box 125 ms against 95 ms with a tmpfs /run).
+func criuCacheNote(run string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(run, &st); err != nil || st.Type == unix.TMPFS_MAGIC {
+		return ""
+	}
+	return run + " is not a tmpfs: CRIU cannot cache its kernel probe there, so each suspend, resume and fork --memory-state takes about 20 ms longer (mount a tmpfs on " + run + " at boot, as systemd does)"
 }
 
 // cgroupMode reports "v2", "hybrid" or "v1".

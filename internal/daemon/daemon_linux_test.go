@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/api/gen/process"
 	"github.com/corral-sandbox/corral/api/rest"
@@ -175,5 +176,24 @@ func assertNothingLeft(t *testing.T, cfg Config, id string) {
 		if strings.Contains(string(b), cfg.AgentBinary) || strings.Contains(string(b), "/.corral/corral") {
 			t.Errorf("process left: %s %q", p, fmt.Sprint(strings.ReplaceAll(string(b), "\x00", " ")))
 		}
+	}
+}
+
+// TestCRIUCacheNote: a tmpfs needs no note; another file system gets one
+// that names it.
+func TestCRIUCacheNote(t *testing.T) {
+	if note := criuCacheNote("/dev/shm"); note != "" {
+		var st unix.Statfs_t
+		if err := unix.Statfs("/dev/shm", &st); err == nil && st.Type == unix.TMPFS_MAGIC {
+			t.Errorf("criuCacheNote(/dev/shm, a tmpfs) = %q; want none", note)
+		}
+	}
+	dir := t.TempDir()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type == unix.TMPFS_MAGIC {
+		t.Skipf("%s is a tmpfs (or statfs failed: %v): no other file system to try", dir, err)
+	}
+	if note := criuCacheNote(dir); !strings.Contains(note, dir+" is not a tmpfs") {
+		t.Errorf("criuCacheNote(%s) = %q; want a note naming it", dir, note)
 	}
 }
