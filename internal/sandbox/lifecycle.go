@@ -299,6 +299,11 @@ func (m *Manager) suspend(ctx context.Context, b *box, rec Record, req SuspendRe
 				log.G(ctx).Warn("sync before suspend", "error", err)
 			}
 		}
+		// The agent shuts its server down on SIGTERM and would wait for
+		// the daemon's idle connections (1 s) before it exits.
+		if m.cfg.DropAgentConns != nil {
+			m.cfg.DropAgentConns(rec.AgentAddr)
+		}
 		if err := rt.Stop(ctx, rec.ID, SuspendGrace); err != nil {
 			return back(fmt.Errorf("suspend %s: stop: %w", rec.ID, err))
 		}
