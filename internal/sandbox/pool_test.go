@@ -312,7 +312,7 @@ func TestPoolWarmsAgents(t *testing.T) {
 func TestPoolRefillWaitsForQuiet(t *testing.T) {
 	ctx := testutil.Context(t)
 	_, m := newLifecycle(t, func(c *sandbox.ManagerConfig) {
-		c.RefillQuiet = 300 * time.Millisecond
+		c.RefillQuiet = 2 * time.Second // far above any scheduling delay between the touches below
 		c.RefillMaxWait = time.Hour
 	})
 	if err := m.Start(ctx, nil); err != nil {
