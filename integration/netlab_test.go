@@ -332,28 +332,7 @@ func (l *netLab) newNetns() error {
 // inLab runs fn on an OS thread inside the lab's network namespace:
 // sockets that fn creates, and processes that it starts, live in the lab.
 func (l *netLab) inLab(fn func() error) error {
-	ch := make(chan error, 1)
-	osthread.Locked(func() bool {
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- err
-			return true
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(l.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- fmt.Errorf("enter lab netns: %w", err)
-			return true
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked and exits with this goroutine.
-			ch <- errors.Join(ferr, fmt.Errorf("return to host netns: %w", err))
-			return false
-		}
-		ch <- ferr
-		return true
-	})
-	return <-ch
+	return osthread.InNamespace(int(l.netns.Fd()), unix.CLONE_NEWNET, fn)
 }
 
 // ipBatch runs ip commands, one per line, in the caller's network

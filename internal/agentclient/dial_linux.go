@@ -28,37 +28,25 @@ func dialAbstract(ctx context.Context, nsFile, name string) (net.Conn, error) {
 		return nil, fmt.Errorf("open network namespace: %w", err)
 	}
 	defer ns.Close()
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	osthread.Locked(func() bool {
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{err: fmt.Errorf("open own network namespace: %w", err)}
-			return true
-		}
-		defer unix.Close(orig)
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			if errors.Is(err, unix.EINVAL) {
-				err = fmt.Errorf("%s is not a network namespace: %w", nsFile, errdefs.ErrNotFound)
-			}
-			ch <- result{err: fmt.Errorf("join network namespace: %w", err)}
-			return true
-		}
+	var (
+		c      net.Conn
+		dialed bool
+	)
+	err = osthread.InNamespace(int(ns.Fd()), unix.CLONE_NEWNET, func() error {
+		dialed = true
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", "@"+name)
-		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-			if c != nil {
-				c.Close()
-			}
-			ch <- result{err: fmt.Errorf("return to own network namespace: %w", serr)}
-			return false // the thread ends with its goroutine
-		}
-		ch <- result{c, err}
-		return true
+		var err error
+		c, err = d.DialContext(ctx, "unix", "@"+name)
+		return err
 	})
-	r := <-ch
-	return r.c, r.err
+	if err != nil {
+		if c != nil { // dialled, but the thread could not return
+			c.Close()
+		}
+		if !dialed && errors.Is(err, unix.EINVAL) {
+			err = fmt.Errorf("%s is not a network namespace: %w", nsFile, errdefs.ErrNotFound)
+		}
+		return nil, err
+	}
+	return c, nil
 }

@@ -247,28 +247,7 @@ func inNetNS(nsPath string, fn func(netns.NsHandle) error) error {
 		return fmt.Errorf("open the box's network namespace: %w", err)
 	}
 	defer target.Close()
-	errc := make(chan error, 1)
-	osthread.Locked(func() bool {
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("open the daemon's network namespace: %w", err)
-			return true
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- fmt.Errorf("join the box's network namespace: %w", err)
-			return true
-		}
-		ferr := fn(target)
-		if err := netns.Set(orig); err != nil {
-			// The thread ends with this goroutine.
-			errc <- errors.Join(ferr, fmt.Errorf("return to the daemon's network namespace: %w", err))
-			return false
-		}
-		errc <- ferr
-		return true
-	})
-	return <-errc
+	return osthread.InNamespace(int(target), unix.CLONE_NEWNET, func() error { return fn(target) })
 }
 
 // NSPath is the network namespace of the process pid.

@@ -2,11 +2,14 @@ package osthread
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
 // TestNeverMainThread: even when the runtime would schedule the goroutine
@@ -51,4 +54,50 @@ func TestThrowawayThreadEnds(t *testing.T) {
 		unix.Nanosleep(&unix.Timespec{Nsec: 1e6}, nil)
 	}
 	t.Fatalf("thread %d of a Throwaway still alive after fn returned", tid)
+}
+
+// TestInNamespace: fn runs in the namespace joined (here a new UTS
+// namespace with its own hostname), the thread comes back, and a
+// namespace of another type is refused before fn runs.
+func TestInNamespace(t *testing.T) {
+	testutil.RequiresRoot(t) // makes a UTS namespace
+	// A UTS namespace to join, made on a thread that ends afterwards.
+	nsc := make(chan *os.File, 1)
+	Throwaway(func() {
+		if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+			nsc <- nil
+			return
+		}
+		_ = unix.Sethostname([]byte("osthread-test"))
+		f, _ := os.Open("/proc/thread-self/ns/uts")
+		nsc <- f
+	})
+	ns := <-nsc
+	if ns == nil {
+		t.Skip("cannot make a UTS namespace here")
+	}
+	defer ns.Close()
+	host, _ := os.Hostname()
+	var inside string
+	if err := InNamespace(int(ns.Fd()), unix.CLONE_NEWUTS, func() error {
+		var u unix.Utsname
+		if err := unix.Uname(&u); err != nil {
+			return err
+		}
+		inside = unix.ByteSliceToString(u.Nodename[:])
+		return nil
+	}); err != nil {
+		t.Fatalf("InNamespace(uts) = %v", err)
+	}
+	if inside != "osthread-test" {
+		t.Errorf("hostname inside = %q; want osthread-test", inside)
+	}
+	if now, _ := os.Hostname(); now != host {
+		t.Errorf("hostname outside = %q after InNamespace; want %q", now, host)
+	}
+	ran := false
+	err := InNamespace(int(ns.Fd()), unix.CLONE_NEWNET, func() error { ran = true; return nil })
+	if !errors.Is(err, unix.EINVAL) || ran {
+		t.Errorf("InNamespace(uts file as net) = %v, ran %v; want EINVAL before fn", err, ran)
+	}
 }

@@ -681,28 +681,10 @@ func setHostname(p process, name string) error {
 	if p.exited(0) { // the pid could have been reused before the open
 		return fmt.Errorf("pid %d exited: %w", p.pid, errdefs.ErrUnavailable)
 	}
-	errc := make(chan error, 1)
-	osthread.Locked(func() bool {
-		orig, err := unix.Open("/proc/thread-self/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("open own uts namespace: %w", err)
-			return true
+	return osthread.InNamespace(ns, unix.CLONE_NEWUTS, func() error {
+		if err := unix.Sethostname([]byte(name)); err != nil {
+			return fmt.Errorf("sethostname: %w", err)
 		}
-		defer unix.Close(orig)
-		if err := unix.Setns(ns, unix.CLONE_NEWUTS); err != nil {
-			errc <- fmt.Errorf("join uts namespace: %w", err)
-			return true
-		}
-		herr := unix.Sethostname([]byte(name))
-		if err := unix.Setns(orig, unix.CLONE_NEWUTS); err != nil {
-			errc <- fmt.Errorf("return to own uts namespace: %w", err)
-			return false // the thread ends with its goroutine
-		}
-		if herr != nil {
-			herr = fmt.Errorf("sethostname: %w", herr)
-		}
-		errc <- herr
-		return true
+		return nil
 	})
-	return <-errc
 }
