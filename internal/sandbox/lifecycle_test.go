@@ -937,6 +937,56 @@ func TestKeepAlive(t *testing.T) {
 	}
 }
 
+// TestRecoverEndsStrayCheckpoints checks that Recover ends a checkpoint or
+// restore left by the killed daemon before it judges a box, and removes a
+// box whose stray CRIU cannot be ended.
+func TestRecoverEndsStrayCheckpoints(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	env.StateDir = t.TempDir()
+	const (
+		ended = "cccccccccc01"
+		stuck = "cccccccccc02"
+	)
+	var mu sync.Mutex
+	called := map[string]int{}
+	env.Runtime.EndStrayFn = func(_ context.Context, id string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		called[id]++
+		if id == stuck {
+			return errors.New("process group 42 still running")
+		}
+		return nil
+	}
+	for _, id := range []string{ended, stuck} {
+		rec := sandbox.Record{ID: id, Runtime: "fake", Image: "host", Layer: "host-layer", State: sandbox.StateSuspending,
+			AgentAddr: "fake://" + id, Spec: &sandbox.Spec{Hostname: id, AgentBinary: "/usr/local/bin/corral"}}
+		if err := env.Store.PutSandbox(ctx, &rec); err != nil {
+			t.Fatal(err)
+		}
+		env.Layers.Put(id, "host-layer")
+		env.Runtime.Put(id, sandboxtest.Box{Status: sandbox.StatusPaused})
+	}
+	m := newManager(t, env)
+	if err := m.Recover(ctx); err != nil {
+		t.Fatalf("Recover() = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{ended, stuck} {
+		if called[id] != 1 {
+			t.Errorf("EndStray(%s) called %d times; want 1", id, called[id])
+		}
+	}
+	if r, err := m.Get(ctx, ended); err != nil || r.State != sandbox.StateSuspended {
+		t.Errorf("box whose stray checkpoint ended: %+v, %v; want suspended", r, err)
+	}
+	if _, err := m.Get(ctx, stuck); !errdefs.IsNotFound(err) {
+		t.Errorf("box whose stray checkpoint cannot be ended: Get = %v; want removed", err)
+	}
+}
+
 func TestRecoverLifecycle(t *testing.T) {
 	ctx := testutil.Context(t)
 	env := sandboxtest.NewEnv()

@@ -760,6 +760,11 @@ func (m *Manager) recoverOne(ctx context.Context, b *box, rec Record) (keep bool
 	if !ok {
 		return false, "runtime " + rec.Runtime + " is not available"
 	}
+	if c, ok := rt.(Checkpointer); ok {
+		if err := c.EndStray(ctx, rec.ID); err != nil {
+			return false, "cannot end an interrupted checkpoint or restore: " + err.Error()
+		}
+	}
 	status := StatusStopped
 	if st, err := rt.State(ctx, rec.ID); err == nil {
 		status = st.Status

@@ -156,6 +156,10 @@ type Checkpointer interface {
 	// sandbox's (fork): the restored box gets spec's hostname, cgroup and
 	// limits. On error it leaves nothing, as Create.
 	Restore(ctx context.Context, id string, spec *Spec, dir string) error
+	// EndStray ends a checkpoint or restore of sandbox id that a previous
+	// daemon started and did not see end (it was killed): such a CRIU may
+	// still hold the box's processes. No such operation is success.
+	EndStray(ctx context.Context, id string) error
 }
 
 // ErrCheckpoint wraps the reasons a sandbox's memory state cannot be

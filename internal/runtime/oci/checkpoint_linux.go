@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/osthread"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -287,6 +288,13 @@ func (r *Runtime) runCRIU(ctx context.Context, id, conf, logPath string, extra [
 	if err := start(); err != nil {
 		return "", err
 	}
+	// A daemon killed now leaves the runtime and CRIU running; the next
+	// one finds their group here and ends it (stopStrayCRIU).
+	groupFile := filepath.Join(r.Dir(id), criuGroupFile)
+	if st, err := procStartTime(cmd.Process.Pid); err == nil {
+		_ = os.WriteFile(groupFile, []byte(fmt.Sprintf("%d %d\n", cmd.Process.Pid, st)), 0o600)
+	}
+	defer os.Remove(groupFile)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(criuTimeout)
@@ -319,6 +327,102 @@ wait:
 	}
 	b, _ := os.ReadFile(out.Name())
 	return strings.TrimSpace(string(b)), err
+}
+
+// criuGroupFile, in the sandbox's runtime directory, holds the process
+// group id and start time of a checkpoint or restore in flight.
+const criuGroupFile = "criu.group"
+
+// EndStray implements sandbox.Checkpointer: see stopStrayCRIU.
+func (r *Runtime) EndStray(ctx context.Context, id string) error {
+	if err := identifiers.Validate("sandbox id", id); err != nil {
+		return err
+	}
+	return r.stopStrayCRIU(id)
+}
+
+// stopStrayCRIU kills the process group of a checkpoint or restore that a
+// previous daemon started and did not see end (it was killed), and waits
+// for the group to be gone. Such a CRIU may hold the box's processes
+// seized or frozen, so that they could not be killed or thawed.
+func (r *Runtime) stopStrayCRIU(id string) error {
+	groupFile := filepath.Join(r.Dir(id), criuGroupFile)
+	b, err := os.ReadFile(groupFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err == nil && pid > 1 {
+		// The start time tells the group's leader from a process that
+		// reused its pid; a leader that is gone may still have left
+		// members (CRIU), which the group id still reaches.
+		if st, err := procStartTime(pid); err != nil || st == start {
+			_ = unix.Kill(-pid, unix.SIGKILL)
+			for deadline := time.Now().Add(killTimeout); groupAlive(pid); {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("the runtime's checkpoint or restore (process group %d) still running after %s: %w", pid, killTimeout, errdefs.ErrUnavailable)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	return os.Remove(groupFile)
+}
+
+// groupAlive reports whether process group pgid has a member that is not
+// a zombie. (kill(-pgid, 0) counts zombies, and an orphan's zombie waits
+// for whatever reaps orphans here, which may be slow or never.)
+func groupAlive(pgid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return unix.Kill(-pgid, 0) == nil
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, err := procStat(pid)
+		if err != nil || len(f) < 3 {
+			continue
+		}
+		if f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// procStartTime returns the start time of process pid, in clock ticks
+// since boot (field 22 of /proc/pid/stat).
+func procStartTime(pid int) (uint64, error) {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name:
+// the first is field 3 (state).
+func procStat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	// The command name, in parentheses, may itself hold spaces and ")".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	return strings.Fields(string(b[i+1:])), nil
 }
 
 // errCRIUKilled is returned by runCRIU when it killed the runtime.

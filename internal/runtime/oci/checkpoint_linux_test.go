@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -992,5 +993,101 @@ func checkpointAndRestore(t *testing.T, r *Runtime, id string, spec *sandbox.Spe
 	}
 	if err := r.Restore(ctx, id, spec, img); err != nil {
 		t.Fatalf("Restore(%q) %s = %v", id, when, err)
+	}
+}
+
+// TestEndStray checks that the group of a checkpoint left by a killed
+// daemon is ended, members included, and that a pid reused by another
+// process is left alone.
+func TestEndStray(t *testing.T) {
+	r := &Runtime{cfg: Config{RunDir: t.TempDir()}}
+	const id = "stray"
+	if err := os.MkdirAll(r.Dir(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatalf("no checkpoint in flight: %v", err)
+	}
+	if err := r.EndStray(context.Background(), "../x"); err == nil {
+		t.Error("EndStray took an invalid id")
+	}
+	// A leader and a member that outlives it, as crun and its CRIU.
+	start := func() (*exec.Cmd, int) {
+		cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; exec sleep 60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var member int
+		if _, err := fmt.Fscan(out, &member); err != nil {
+			t.Fatal(err)
+		}
+		reaped := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(reaped) }() // reap the leader, as init would
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-reaped })
+		return cmd, member
+	}
+	group := filepath.Join(r.Dir(id), criuGroupFile)
+	write := func(pid int, st uint64) {
+		if err := os.WriteFile(group, []byte(fmt.Sprintf("%d %d\n", pid, st)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A different start time: the pid now names another process.
+	other, _ := start()
+	st, err := procStartTime(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(other.Process.Pid, st+1)
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if !groupAlive(other.Process.Pid) {
+		t.Error("EndStray killed a group whose leader's start time differs")
+	}
+	if _, err := os.Stat(group); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("group file left: %v", err)
+	}
+
+	// The recorded group: leader and member both end.
+	write(other.Process.Pid, st)
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if groupAlive(other.Process.Pid) {
+		t.Error("a member of the stray group is still running")
+	}
+	if _, err := os.Stat(group); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("group file left: %v", err)
+	}
+
+	// The leader is gone (crun died with the daemon), its member is not.
+	leader, member := start()
+	st, err = procStartTime(leader.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(leader.Process.Pid, st)
+	_ = syscall.Kill(leader.Process.Pid, syscall.SIGKILL)
+	for i := 0; i < 500; i++ {
+		if _, err := procStartTime(leader.Process.Pid); err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if syscall.Kill(member, 0) != nil {
+		t.Fatal("the member died with its leader")
+	}
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if groupAlive(leader.Process.Pid) {
+		t.Error("the member of a stray group whose leader is gone is still running")
 	}
 }

@@ -598,6 +598,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
 	}
+	// A checkpoint or restore left by a killed daemon may hold the
+	// processes seized or frozen.
+	if err := r.stopStrayCRIU(id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
 	// A paused box's processes must be able to exit: the v1 freezer keeps
 	// even SIGKILLed tasks frozen.
 	if err := r.thaw(id); err != nil {

@@ -129,6 +129,14 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, dir string, leaveRunning b
 	return nil
 }
 
+// EndStray implements sandbox.Checkpointer: it calls EndStrayFn if set.
+func (r *Runtime) EndStray(ctx context.Context, id string) error {
+	if r.EndStrayFn != nil {
+		return r.EndStrayFn(ctx, id)
+	}
+	return nil
+}
+
 // Restore implements sandbox.Checkpointer: it creates box id from spec,
 // running, with the Memory saved in dir.
 func (r *Runtime) Restore(ctx context.Context, id string, spec *sandbox.Spec, dir string) error {

@@ -35,6 +35,8 @@ type Runtime struct {
 	// CheckpointFn and RestoreFn are called first by Checkpoint and Restore.
 	CheckpointFn func(ctx context.Context, id, dir string, leaveRunning bool) error
 	RestoreFn    func(ctx context.Context, id string, spec *sandbox.Spec, dir string) error
+	// EndStrayFn, when set, is what EndStray does.
+	EndStrayFn func(ctx context.Context, id string) error
 	// Addr returns the agent address of id ("fake://<id>" if nil).
 	Addr func(id string) string
 
