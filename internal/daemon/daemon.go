@@ -132,7 +132,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		runtimes[name] = rt
 	}
 	if _, err := exec.LookPath("criu"); err == nil {
-		if note := criuCacheNote("/run"); note != "" {
+		// The runtimes put a tmpfs on their own /run when they can.
+		cached := false
+		for _, rt := range runtimes {
+			if c, ok := rt.(interface{ CRIUCachesProbe() bool }); ok && c.CRIUCachesProbe() {
+				cached = true
+			}
+		}
+		if note := criuCacheNote("/run"); note != "" && !cached {
 			log.G(ctx).Warn(note)
 		}
 	}

@@ -3,7 +3,11 @@ package oci
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/containerd/errdefs"
@@ -83,7 +87,113 @@ func setupMountNS() error {
 			return fmt.Errorf("hide %s: %w", unifiedMount, err)
 		}
 	}
+	if _, err := exec.LookPath("criu"); err == nil {
+		// Best effort: without it CRIU only runs slower.
+		_ = runTmpfs(hostRun)
+	}
 	return nil
+}
+
+// hostRun is where CRIU keeps its probe of the kernel (criu.kdat), a path
+// built into CRIU.
+const hostRun = "/run"
+
+// runTmpfs puts a tmpfs on run in the calling thread's (private) mount
+// namespace when run is not a tmpfs already, and binds every entry of the
+// original run back in place, so that the runtime sees the same files.
+//
+// Why: CRIU probes the kernel for about 20 ms at every start and keeps the
+// result in /run/criu.kdat only if /run is a tmpfs (as on systemd hosts).
+// Some hosts (this project's CI machine among them) have a plain
+// directory there. The tmpfs lives as long as the thread's namespace, so
+// every checkpoint and restore after the first reads the cache.
+//
+// Entries created in the host's run after this call are not seen by the
+// runtime; everything it uses (its state and sandbox directories) exists
+// before (see New). On error nothing is left mounted.
+func runTmpfs(run string) (retErr error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(run, &st); err != nil {
+		return err
+	}
+	if st.Type == unix.TMPFS_MAGIC {
+		return nil
+	}
+	var dirSt unix.Stat_t
+	if err := unix.Stat(run, &dirSt); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(run)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Open(run, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	opts := fmt.Sprintf("mode=%o,size=8m", dirSt.Mode&0o7777)
+	if err := unix.Mount("tmpfs", run, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %w", run, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = unix.Unmount(run, unix.MNT_DETACH)
+		}
+	}()
+	for _, e := range ents {
+		if strings.Contains(e.Name(), "criu.kdat") {
+			// CRIU's cache and its temporary file (the name varies
+			// with the version) belong to the tmpfs: a stale one
+			// bound back would stop CRIU from writing its own.
+			continue
+		}
+		src := fmt.Sprintf("/proc/self/fd/%d/%s", fd, e.Name())
+		dst := filepath.Join(run, e.Name())
+		switch {
+		case e.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(src)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+			continue
+		case e.IsDir():
+			if err := os.Mkdir(dst, 0o700); err != nil {
+				return err
+			}
+		default:
+			f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				return err
+			}
+			f.Close()
+		}
+		// The bind of a slave mount is a slave of the same peer group:
+		// mounts the host makes later below it still show here.
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s back into the tmpfs: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// CRIUCachesProbe reports whether CRIU, started by this runtime, can keep
+// its kernel probe between runs: the runtime's /run is a tmpfs (see
+// runTmpfs).
+func (r *Runtime) CRIUCachesProbe() bool { return r.ns.runIsTmpfs() }
+
+// runIsTmpfs reports whether the thread's /run is a tmpfs.
+func (t *nsThread) runIsTmpfs() bool {
+	var ok bool
+	_ = t.Do(func() error {
+		var st unix.Statfs_t
+		ok = unix.Statfs(hostRun, &st) == nil && st.Type == unix.TMPFS_MAGIC
+		return nil
+	})
+	return ok
 }
 
 // isCgroup2Mount reports whether p is a cgroup2 mount on a host whose
