@@ -6,6 +6,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -152,6 +153,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		if agentBin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("agent binary: %w", err)
 		}
+	}
+	if err := checkStatic(agentBin); err != nil {
+		return nil, err
 	}
 	activity := &touchHook{}
 	netsvc, secretStore, err := newNetwork(cfg, activity.touch)
@@ -482,4 +486,21 @@ func cgroupMode() string {
 		return "hybrid"
 	}
 	return "v1"
+}
+
+// checkStatic refuses an agent binary that needs a dynamic loader: it runs
+// inside sandboxes whose image may have no C library, where its exec
+// fails with a bare "no such file or directory".
+func checkStatic(p string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("agent binary %s: %w", p, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("agent binary %s is dynamically linked, so it cannot start in a sandbox whose image has no C library: build it with CGO_ENABLED=0 (scripts/build.sh does): %w", p, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -195,5 +196,42 @@ func TestCRIUCacheNote(t *testing.T) {
 	}
 	if note := criuCacheNote(dir); !strings.Contains(note, dir+" is not a tmpfs") {
 		t.Errorf("criuCacheNote(%s) = %q; want a note naming it", dir, note)
+	}
+}
+
+// TestCheckStatic: the daemon refuses a dynamically linked agent binary
+// with a message that says how to build one, and takes a static one.
+func TestCheckStatic(t *testing.T) {
+	dynamic := ""
+	for _, p := range []string{"/bin/true", "/usr/bin/true", "/bin/sh"} {
+		if f, err := elf.Open(p); err == nil {
+			for _, prog := range f.Progs {
+				if prog.Type == elf.PT_INTERP {
+					dynamic = p
+				}
+			}
+			f.Close()
+		}
+		if dynamic != "" {
+			break
+		}
+	}
+	if dynamic == "" {
+		t.Skip("no dynamically linked binary found in /bin or /usr/bin")
+	}
+	if err := checkStatic(dynamic); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("checkStatic(%s) = %v; want an error saying to build with CGO_ENABLED=0", dynamic, err)
+	}
+	static := filepath.Join(t.TempDir(), "static")
+	build := exec.Command("go", "build", "-o", static, "./testdata/static")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build a static binary: %v\n%s", err, out)
+	}
+	if err := checkStatic(static); err != nil {
+		t.Errorf("checkStatic(static binary) = %v", err)
+	}
+	if err := checkStatic(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("checkStatic(missing file) = nil")
 	}
 }
