@@ -20,48 +20,56 @@ import (
 // idle thread, so later work reuses them instead of asking the kernel.
 const (
 	// agentThreads is how many threads the agent keeps: its steady state is
-	// about 7 (GOMAXPROCS, sysmon, the signal and netpoll threads), the
-	// rest is headroom for blocking file-system calls. Each thread costs
-	// about 40 KiB of memory (Go and kernel stacks, task struct) in every
-	// box.
-	agentThreads = 12
+	// about 5 (one P, as Run sets GOMAXPROCS, sysmon, the signal and
+	// netpoll threads), the rest is headroom for goroutines blocked in
+	// file-system calls. Each thread costs about 75 KiB of memory (Go
+	// and kernel stacks, task struct) in every box.
+	agentThreads = 8
 	// agentPidsShare caps the reservation at 1/agentPidsShare of a small
 	// pids limit, so --pids 20 still leaves most of it to the commands.
 	agentPidsShare = 3
 )
 
 // reserveThreads makes the process have at least target threads and returns
-// how many it has. It parks target goroutines, each locked to its own thread,
-// at once: the scheduler must start a thread for each (a locked thread that
-// blocks gives its P away at once, unlike a thread in a system call, which
-// the scheduler only notices at its next tick). Then it unlocks and ends
-// them; the threads stay, idle. It gives up after 100ms (a busy host): the
-// reservation is best effort.
+// how many it has. It parks as many goroutines as threads are missing, each
+// locked to its own thread: the scheduler must give each a thread (a locked
+// thread that blocks gives its P away at once, unlike a thread in a system
+// call, which the scheduler only notices at its next tick). Then it unlocks
+// and ends them; the threads stay, idle. It gives up after 100ms (a busy
+// host): the reservation is best effort.
 func reserveThreads(target int) int {
-	if threadCount() > target {
-		return threadCount()
-	}
 	release := make(chan struct{})
-	var parked, done sync.WaitGroup
-	for range target {
-		parked.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			parked.Done()
-			<-release
-		}()
+	var done sync.WaitGroup
+	defer func() {
+		close(release)
+		done.Wait()
+	}()
+	deadline := time.After(100 * time.Millisecond)
+	// Park only the missing ones, in rounds: a parked goroutine may take
+	// an idle thread that already exists instead of a new one. Parking
+	// target goroutines at once would keep the threads already there on
+	// top (about 18 in all).
+	for have := threadCount(); have < target; have = threadCount() {
+		var parked sync.WaitGroup
+		for range target - have {
+			parked.Add(1)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				parked.Done()
+				<-release
+			}()
+		}
+		waited := make(chan struct{})
+		go func() { parked.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-deadline:
+			return threadCount()
+		}
 	}
-	waited := make(chan struct{})
-	go func() { parked.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(release)
-	done.Wait()
 	return threadCount()
 }
 
