@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	corralBin = filepath.Join(dir, "corral")
-	build := exec.Command("go", "build", "-trimpath", "-o", corralBin, "../cmd/corral")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	// scripts/build.sh, as a user builds corral: with the slim agent
+	// embedded, which the daemons under test then run in every box.
+	build := exec.Command("bash", "../scripts/build.sh", corralBin)
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build corral: %v\n%s", err, out)
 		os.Exit(1)

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Builds the static corral binary into bin/corral.
+# Builds the static corral binary into bin/corral (or the path given as $1).
+# It first builds the slim in-sandbox agent (cmd/corral-agent) and embeds it
+# (-tags slimagent, see internal/agentbin): the daemon runs it as PID 1 of
+# every sandbox. Both get the same flags, so the daemon can tell that the
+# embedded agent comes from the same build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "go is not installed: install Go >= 1.25 (https://go.dev/dl) and retry" >&2; exit 1; }
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/corral-sandbox/corral/internal/version.Version=$(git describe --always --dirty 2>/dev/null || echo dev)" -o bin/corral ./cmd/corral
-echo "built bin/corral"
+out="${1:-bin/corral}"
+ldflags="-s -w -X github.com/corral-sandbox/corral/internal/version.Version=$(git describe --always --dirty 2>/dev/null || echo dev)"
+export CGO_ENABLED=0
+mkdir -p internal/agentbin/bin
+go build -trimpath -ldflags "$ldflags" -o internal/agentbin/bin/corral-agent ./cmd/corral-agent
+go build -trimpath -tags slimagent -ldflags "$ldflags" -o "$out" ./cmd/corral
+echo "built $out (with the slim agent, $(( $(stat -c %s internal/agentbin/bin/corral-agent) / 1024 / 1024 )) MiB)"

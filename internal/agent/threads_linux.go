@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -76,7 +75,13 @@ func reserveThreads(target int) int {
 // threadCount is the number of threads the runtime has created (it never
 // ends one except a locked thread whose goroutine exits, which the agent
 // does not do).
-func threadCount() int { return pprof.Lookup("threadcreate").Count() }
+// It asks the runtime directly: importing runtime/pprof for this would
+// switch the heap profiler on (its hash table and samples cost memory in
+// every box).
+func threadCount() int {
+	n, _ := runtime.ThreadCreateProfile(nil)
+	return n
+}
 
 // threadTarget is the reservation for a box whose pids limit is read from
 // the cgroup mounted at cgroupRoot (v2 at the root, v1 under pids/).

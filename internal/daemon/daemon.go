@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/agentbin"
 	"github.com/corral-sandbox/corral/internal/agentclient"
 	"github.com/corral-sandbox/corral/internal/build"
 	"github.com/corral-sandbox/corral/internal/cleanup"
@@ -150,10 +151,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 
 	agentBin := cfg.AgentBinary
 	if agentBin == "" {
-		if agentBin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("agent binary: %w", err)
+		if agentBin, err = defaultAgent(ctx, filepath.Join(cfg.Root, "agent"), agentbin.Embedded()); err != nil {
+			return nil, err
 		}
 	}
+	log.G(ctx).Info("sandbox agent", "binary", agentBin)
 	if err := checkStatic(agentBin); err != nil {
 		return nil, err
 	}
@@ -491,6 +493,28 @@ func cgroupMode() string {
 // checkStatic refuses an agent binary that needs a dynamic loader: it runs
 // inside sandboxes whose image may have no C library, where its exec
 // fails with a bare "no such file or directory".
+// defaultAgent is the agent binary when the configuration names none: the
+// slim agent embedded in this corral (installed under dir), else this very
+// binary (`corral agent`). A slim agent from another build than this one is
+// not run: the daemon and its agents must speak the same protocol.
+func defaultAgent(ctx context.Context, dir string, slim []byte) (string, error) {
+	if slim != nil {
+		err := agentbin.SameBuild(slim)
+		if err == nil {
+			var path string
+			if path, err = agentbin.Install(dir, slim); err == nil {
+				return path, nil
+			}
+		}
+		log.G(ctx).Warn("not using the embedded slim agent; sandboxes run this binary as their agent", "err", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	return self, nil
+}
+
 func checkStatic(p string) error {
 	f, err := elf.Open(p)
 	if err != nil {

@@ -23,12 +23,12 @@ import (
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
-// buildAgent builds the static stand-in agent (testdata/agent).
+// buildAgent builds the slim agent (cmd/corral-agent), statically.
 func buildAgent(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "corral")
 	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-	cmd := exec.Command(gobin, "build", "-o", out, "./testdata/agent")
+	cmd := exec.Command(gobin, "build", "-o", out, "../../cmd/corral-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build agent: %v\n%s", err, b)

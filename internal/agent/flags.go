@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// AddFlags defines the agent's command-line flags on fs, filling c. Both
+// `corral agent` and the slim corral-agent binary use it, so the two take
+// the same arguments.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.ListenFD, "listen-fd", 0, "inherited listening socket (the runtime passes 3)")
+	fs.StringVar(&c.Listen, "listen", "", "address to listen on instead: unix:///path or tcp://127.0.0.1:0")
+	fs.StringVar(&c.DefaultUser, "user", "", "default user of commands (default: the agent's own)")
+	fs.StringVar(&c.Workdir, "workdir", "", "default working directory of commands (default: the user's home, else /)")
+}
+
+// Validate reports a configuration the agent cannot start with.
+func (c Config) Validate() error {
+	if c.Listen == "" && c.ListenFD <= 0 {
+		return errors.New("one of --listen-fd and --listen is required")
+	}
+	return nil
+}
+
+// Main is the slim agent binary's entry point: it parses args (an optional
+// leading "agent", then the flags of AddFlags), runs the agent and returns
+// the process exit code. The runtime starts every box's agent as
+// `<binary> agent --listen-fd 3`, whichever binary it is.
+func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "agent" {
+		args = args[1:]
+	}
+	var cfg Config
+	fs := flag.NewFlagSet("corral-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: corral-agent [agent] [flags]\n\n"+
+			"The in-sandbox agent, started by the daemon as PID 1 of every sandbox.\n"+
+			"It is `corral agent` without the rest of corral: see `corral agent --help`.\n\n")
+		fs.PrintDefaults()
+	}
+	cfg.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "corral-agent: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "corral-agent:", err)
+		return 2
+	}
+	if err := Run(ctx, cfg); err != nil {
+		fmt.Fprintln(stderr, "corral-agent:", err)
+		return 1
+	}
+	return 0
+}
