@@ -19,6 +19,20 @@ var (
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
+// escapesRoot reports an os.Root refusing a path that leaves its directory
+// (through ".." or a symlink), e.g. a tar entry under a link to "/". The
+// standard library does not export this error, only its text.
+func escapesRoot(err error) bool {
+	var pe *fs.PathError
+	for errors.As(err, &pe) {
+		if pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
+			return true
+		}
+		err = pe.Err
+	}
+	return false
+}
+
 // codeOf classifies err for Connect.
 func codeOf(err error) connect.Code {
 	switch {
@@ -27,7 +41,8 @@ func codeOf(err error) connect.Code {
 	case errors.Is(err, errAlreadyExists), errors.Is(err, fs.ErrExist):
 		return connect.CodeAlreadyExists
 	case errors.Is(err, errInvalidArgument), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR),
-		errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.EINVAL):
+		errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.EINVAL),
+		escapesRoot(err):
 		return connect.CodeInvalidArgument
 	case errors.Is(err, errPrecondition), errors.Is(err, unix.ENOTEMPTY):
 		return connect.CodeFailedPrecondition

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/agentclient"
@@ -217,6 +218,29 @@ func TestExtractTarRejectsEscapes(t *testing.T) {
 			}
 		})
 	}
+
+	// A link already in the destination (the box's user made it) that
+	// leaves it: os.Root refuses the path, and the caller gets a 400, not
+	// a 500.
+	t.Run("through an existing symlink", func(t *testing.T) {
+		base := t.TempDir()
+		root, out := filepath.Join(base, "root"), filepath.Join(base, "out")
+		for _, d := range []string{root, out} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink(out, filepath.Join(root, "l")); err != nil {
+			t.Fatal(err)
+		}
+		err := extractTar(root, bytes.NewReader(makeTar(t, []tarEntry{{name: "l/evil", typ: tar.TypeReg, body: "x"}})), nil)
+		if err == nil || httpStatus(err) != 400 || connectErr(err).(*connect.Error).Code() != connect.CodeInvalidArgument {
+			t.Errorf("extractTar = %v (HTTP %d); want a 400 invalid argument", err, httpStatus(err))
+		}
+		if _, err := os.Lstat(filepath.Join(out, "evil")); err == nil {
+			t.Error("wrote through the link, outside the root")
+		}
+	})
 
 	t.Run("devices skipped", func(t *testing.T) {
 		root := filepath.Join(t.TempDir(), "r")
