@@ -113,8 +113,29 @@ disk_pool_size = 2
 			_ = syscall.Unmount(d.diskVolume(), syscall.MNT_DETACH)
 		}
 		os.RemoveAll(base)
+		d.removeCgroupParent()
 	})
 	return d
+}
+
+// removeCgroupParent removes the daemon's parent cgroup, unique to the test,
+// from every hierarchy once the daemon has stopped (a daemon keeps it, as
+// its boxes may outlive it). A sandbox's cgroup still under it is a leak.
+func (d *daemon) removeCgroupParent() {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + d.cgroup)
+	dirs = append(dirs, "/sys/fs/cgroup/"+d.cgroup)
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				d.t.Errorf("cgroup %s left under %s after the test", e.Name(), dir)
+			}
+		}
+		_ = os.Remove(dir)
+	}
 }
 
 func (d *daemon) start() {
