@@ -12,7 +12,8 @@ import (
 
 // TestSlimAgent checks that boxes run the slim agent embedded by
 // scripts/build.sh, installed in the daemon's root, and not the whole
-// corral binary; and that a daemon restart reuses the installed file.
+// corral binary; and that a daemon restart reuses the installed file and
+// removes agents no box refers to.
 func TestSlimAgent(t *testing.T) {
 	d := startDaemon(t)
 	installed, err := filepath.Glob(filepath.Join(d.root, "agent", "corral-agent-*"))
@@ -44,8 +45,17 @@ func TestSlimAgent(t *testing.T) {
 		t.Errorf("PID 1 is %q, want the agent", lines[1])
 	}
 
+	// An agent of an earlier build that no box refers to is removed at the
+	// next start; the one the running box uses stays.
+	stale := filepath.Join(d.root, "agent", "corral-agent-0000000000000000")
+	if err := os.WriteFile(stale, []byte("old build"), 0o555); err != nil {
+		t.Fatal(err)
+	}
 	d.stop()
 	d.start()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale agent %s: %v; want it removed", stale, err)
+	}
 	again, _ := filepath.Glob(filepath.Join(d.root, "agent", "corral-agent-*"))
 	st2, err := os.Stat(installed[0])
 	if len(again) != 1 || err != nil || !os.SameFile(st, st2) {

@@ -54,3 +54,30 @@ func TestDefaultAgent(t *testing.T) {
 		t.Errorf("no warning about the foreign agent in %q", logs.String())
 	}
 }
+
+func TestPruneAgents(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for _, n := range []string{"a", "b", "c"} {
+		p, err := agentbin.Install(dir, []byte("agent "+n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	other := filepath.Join(dir, "not-an-agent")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pruneAgents(log.WithLogger(context.Background(), log.Discard()), dir, map[string]bool{paths[0]: true, paths[2]: true})
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		if kept := err == nil; kept != (i != 1) {
+			t.Errorf("%s: kept %v, want %v", p, kept, i != 1)
+		}
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file that is not an agent was removed: %v", err)
+	}
+	pruneAgents(context.Background(), filepath.Join(dir, "missing"), nil) // no directory: nothing to do
+}

@@ -214,6 +214,17 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err := m.Recover(ctx); err != nil {
 		return nil, err
 	}
+	if recs, err := db.ListSandboxes(ctx); err != nil {
+		log.G(ctx).Warn("list sandboxes to prune old agents", "error", err)
+	} else {
+		inUse := map[string]bool{agentBin: true}
+		for _, r := range recs {
+			if r.Spec != nil {
+				inUse[r.Spec.AgentBinary] = true
+			}
+		}
+		pruneAgents(ctx, filepath.Join(cfg.Root, "agent"), inUse)
+	}
 	if d.tunnels, err = tunnel.Open(filepath.Join(cfg.Root, "tunnels.json")); err != nil {
 		return nil, fmt.Errorf("tunnels: %w", err)
 	}
@@ -513,6 +524,27 @@ func defaultAgent(ctx context.Context, dir string, slim []byte) (string, error) 
 		return "", fmt.Errorf("agent binary: %w", err)
 	}
 	return self, nil
+}
+
+// pruneAgents removes the installed agents in dir (earlier builds' slim
+// agents) that no sandbox record refers to: after recovery, a running,
+// paused, suspended or pooled box keeps the file its spec names, since a
+// suspended box's checkpoint needs that very binary to resume.
+func pruneAgents(ctx context.Context, dir string, inUse map[string]bool) {
+	old, err := filepath.Glob(filepath.Join(dir, agentbin.Prefix+"*"))
+	if err != nil {
+		return
+	}
+	for _, p := range old {
+		if inUse[p] {
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			log.G(ctx).Warn("remove an unused agent binary", "path", p, "error", err)
+			continue
+		}
+		log.G(ctx).Info("removed an unused agent binary", "path", p)
+	}
 }
 
 func checkStatic(p string) error {
