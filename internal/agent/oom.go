@@ -18,14 +18,29 @@ type cgroupMem struct {
 	root string
 }
 
-// readSmall reads a small pseudo-file without trusting its size.
+// readSmall reads a pseudo-file of up to 64 KiB (/proc/stat: its "intr"
+// line grows with the host's interrupts) in one read, without trusting its
+// size. For metrics requests, not for every command (see readCgroup).
 func readSmall(path string) ([]byte, error) {
+	return readOnce(path, make([]byte, 64<<10))
+}
+
+// readCgroup reads a cgroup file of a few lines (memory.events,
+// memory.oom_control, a single value). The agent reads the OOM counter
+// before and after every command, so this one uses a buffer on the stack:
+// a 64 KiB allocation per read was most of the agent's garbage per exec.
+func readCgroup(path string) ([]byte, error) {
+	var buf [4096]byte
+	b, err := readOnce(path, buf[:])
+	return bytes.Clone(b), err
+}
+
+func readOnce(path string, buf []byte) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, 64<<10)
 	n, err := f.Read(buf)
 	if n == 0 && err != nil {
 		return nil, err
@@ -40,7 +55,7 @@ func (c cgroupMem) oomKills() (uint64, bool) {
 		filepath.Join(c.root, "memory.events"),
 		filepath.Join(c.root, "memory", "memory.oom_control"),
 	} {
-		b, err := readSmall(p)
+		b, err := readCgroup(p)
 		if err != nil {
 			continue
 		}
@@ -53,10 +68,10 @@ func (c cgroupMem) oomKills() (uint64, bool) {
 
 // limit returns the memory limit in bytes, and false when unlimited or unknown.
 func (c cgroupMem) limit() (uint64, bool) {
-	if b, err := readSmall(filepath.Join(c.root, "memory.max")); err == nil {
+	if b, err := readCgroup(filepath.Join(c.root, "memory.max")); err == nil {
 		return parseLimit(b)
 	}
-	if b, err := readSmall(filepath.Join(c.root, "memory", "memory.limit_in_bytes")); err == nil {
+	if b, err := readCgroup(filepath.Join(c.root, "memory", "memory.limit_in_bytes")); err == nil {
 		return parseLimit(b)
 	}
 	return 0, false
@@ -68,7 +83,7 @@ func (c cgroupMem) usage() (uint64, bool) {
 		filepath.Join(c.root, "memory.current"),
 		filepath.Join(c.root, "memory", "memory.usage_in_bytes"),
 	} {
-		if b, err := readSmall(p); err == nil {
+		if b, err := readCgroup(p); err == nil {
 			if n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil {
 				return n, true
 			}
