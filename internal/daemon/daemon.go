@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 
 	agentBin := cfg.AgentBinary
 	if agentBin == "" {
-		if agentBin, err = defaultAgent(ctx, filepath.Join(cfg.Root, "agent"), agentbin.Embedded()); err != nil {
+		if agentBin, err = defaultAgent(ctx, agentDir(cfg), agentbin.Embedded()); err != nil {
 			return nil, err
 		}
 	}
@@ -223,7 +223,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 				inUse[r.Spec.AgentBinary] = true
 			}
 		}
-		pruneAgents(ctx, filepath.Join(cfg.Root, "agent"), inUse)
+		pruneAgents(ctx, agentDir(cfg), inUse)
 	}
 	if d.tunnels, err = tunnel.Open(filepath.Join(cfg.Root, "tunnels.json")); err != nil {
 		return nil, fmt.Errorf("tunnels: %w", err)
@@ -501,9 +501,9 @@ func cgroupMode() string {
 	return "v1"
 }
 
-// checkStatic refuses an agent binary that needs a dynamic loader: it runs
-// inside sandboxes whose image may have no C library, where its exec
-// fails with a bare "no such file or directory".
+// agentDir holds the installed slim agents.
+func agentDir(cfg Config) string { return filepath.Join(cfg.Root, "agent") }
+
 // defaultAgent is the agent binary when the configuration names none: the
 // slim agent embedded in this corral (installed under dir), else this very
 // binary (`corral agent`). A slim agent from another build than this one is
@@ -517,7 +517,7 @@ func defaultAgent(ctx context.Context, dir string, slim []byte) (string, error) 
 				return path, nil
 			}
 		}
-		log.G(ctx).Warn("not using the embedded slim agent; sandboxes run this binary as their agent", "err", err)
+		log.G(ctx).Warn("not using the embedded slim agent; sandboxes run this binary as their agent", "error", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -547,6 +547,9 @@ func pruneAgents(ctx context.Context, dir string, inUse map[string]bool) {
 	}
 }
 
+// checkStatic refuses an agent binary that needs a dynamic loader: it runs
+// inside sandboxes whose image may have no C library, where its exec
+// fails with a bare "no such file or directory".
 func checkStatic(p string) error {
 	f, err := elf.Open(p)
 	if err != nil {
