@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,10 +44,10 @@ func TestMainServes(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "a.sock")
 	ctx, cancel := context.WithCancel(context.WithoutCancel(testutil.Context(t)))
-	var stderr bytes.Buffer
+	stderr := &lockedBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"agent", "--listen", "unix://" + sock, "--workdir", "/tmp"}, &stderr)
+		done <- Main(ctx, []string{"agent", "--listen", "unix://" + sock, "--workdir", "/tmp"}, stderr)
 	}()
 
 	c, err := agentclient.New("unix://" + sock)
@@ -68,4 +69,22 @@ func TestMainServes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Main did not return after its context ended")
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that Main may write while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
