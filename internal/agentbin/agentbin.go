@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 )
 
 // Prefix starts the name of every installed agent; the rest of the name is
@@ -49,27 +51,8 @@ func Install(dir string, bin []byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("agentbin: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".install-*")
-	if err != nil {
-		return "", fmt.Errorf("agentbin: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename this is a no-op
-	_, err = f.Write(bin)
-	if err == nil {
-		err = f.Chmod(0o555)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return "", fmt.Errorf("agentbin: install %s: %w", path, err)
+	if err := atomicfile.WriteDurable(path, bin, 0o555); err != nil {
+		return "", fmt.Errorf("agentbin: install: %w", err)
 	}
 	return path, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
 )
@@ -173,7 +174,7 @@ func (s *Store) CachePut(key, layer, step string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(s.cacheDir(), key+".json"), b)
+	return atomicfile.Write(filepath.Join(s.cacheDir(), key+".json"), b, 0o600)
 }
 
 func (s *Store) dropCache() (int, error) {
@@ -202,17 +203,4 @@ func readJSONFile(p string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
-}
-
-// writeFileAtomic writes b to p through a temporary file and a rename.
-func writeFileAtomic(p string, b []byte) error {
-	tmp := p + ".tmp-" + randomHex()
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }

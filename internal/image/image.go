@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/internal/archive"
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/image/source"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -147,7 +148,7 @@ func (s *Store) write(r record) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(s.recordPath(r.Name), b); err != nil {
+	if err := atomicfile.Write(s.recordPath(r.Name), b, 0o600); err != nil {
 		return fmt.Errorf("write image %s: %w", r.Name, err)
 	}
 	return nil

@@ -16,12 +16,12 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/identifiers"
 )
 
@@ -196,7 +196,7 @@ func (c *CA) Save(path string) error {
 	if err := pem.Encode(&b, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
 		return fmt.Errorf("save CA: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Dir(path), filepath.Base(path), b.Bytes()); err != nil {
+	if err := atomicfile.WriteDurable(path, b.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("save CA: %w", err)
 	}
 	return nil

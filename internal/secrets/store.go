@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 )
 
 const (
@@ -148,7 +150,7 @@ func loadKey(dir string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("generate secret store key: %w", err)
 	}
-	tmp, err := writeTemp(dir, key)
+	tmp, err := atomicfile.TempFile(dir, key, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("write secret store key: %w", err)
 	}
@@ -159,7 +161,7 @@ func loadKey(dir string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("write secret store key: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return nil, fmt.Errorf("write secret store key: %w", err)
 	}
 	return key, nil
@@ -204,7 +206,7 @@ func (s *Store) Set(name string, value []byte) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := writeFileAtomic(s.dir, name, buf); err != nil {
+	if err := atomicfile.WriteDurable(filepath.Join(s.dir, name), buf, 0o600); err != nil {
 		return fmt.Errorf("set secret %s: %w", name, err)
 	}
 	return nil
@@ -251,7 +253,7 @@ func (s *Store) Delete(name string) error {
 		}
 		return fmt.Errorf("delete secret %s: %w", name, err)
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("delete secret %s: %w", name, err)
 	}
 	return nil

@@ -41,6 +41,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/identifiers"
 )
 
@@ -250,47 +251,7 @@ func (r *Registry) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(r.path, append(b, '\n'))
-}
-
-// writeFileAtomic replaces name with data: a temp file in the same
-// directory (CreateTemp makes it mode 0600) is written and fsynced, renamed
-// over name, and the directory is fsynced so the rename survives a crash.
-func writeFileAtomic(name string, data []byte) (err error) {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.WriteDurable(r.path, append(b, '\n'), 0o600)
 }
 
 // newToken returns 32 random bytes, base64url without padding.

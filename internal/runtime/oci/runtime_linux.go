@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/identifiers"
@@ -299,7 +300,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 		}
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, configFile), configJSON); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, configFile), configJSON, 0o600); err != nil {
 		if l != nil {
 			l.Close()
 		}
@@ -313,22 +314,7 @@ func writeJSON(p string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(p, b)
-}
-
-// writeFileAtomic writes b to p through a temporary file and a rename, so that
-// a daemon killed mid-write leaves either no file or the whole of it, never a
-// truncated one.
-func writeFileAtomic(p string, b []byte) error {
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(p, b, 0o600)
 }
 
 // Start runs the sandbox's PID 1 with "<runtime> run --detach

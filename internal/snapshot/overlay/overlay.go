@@ -66,6 +66,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -604,15 +605,7 @@ func writeJSON(name string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := name + ".tmp-" + randomHex()
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(name, b, 0o644)
 }
 
 // writeFileExcl writes v as JSON to a new file name.
