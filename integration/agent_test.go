@@ -3,11 +3,14 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSlimAgent checks that boxes run the slim agent embedded by
@@ -32,6 +35,11 @@ func TestSlimAgent(t *testing.T) {
 		t.Errorf("slim agent is %d bytes, corral %d: not slim", st.Size(), whole.Size())
 	}
 
+	inits, err := filepath.Glob(filepath.Join(d.root, "agent", "corral-init-*"))
+	if err != nil || len(inits) != 1 {
+		t.Fatalf("installed inits in %s/agent: %v, %v; want one", d.root, inits, err)
+	}
+
 	id := d.create()
 	out := d.must("exec", id, "--", "sh", "-c", "wc -c < /.corral/corral; tr '\\0' ' ' < /proc/1/cmdline")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -41,20 +49,28 @@ func TestSlimAgent(t *testing.T) {
 	if n, err := strconv.ParseInt(strings.TrimSpace(lines[0]), 10, 64); err != nil || n != st.Size() {
 		t.Errorf("the box's agent binary has %q bytes, the installed slim agent %d", lines[0], st.Size())
 	}
-	if !strings.HasPrefix(lines[1], "/.corral/corral agent --listen-fd 3") {
-		t.Errorf("PID 1 is %q, want the agent", lines[1])
+	if !strings.HasPrefix(lines[1], "/.corral/init /.corral/corral agent --listen-fd 3 --under-init --idle-exit 30s") {
+		t.Errorf("PID 1 is %q, want corral-init starting the agent", lines[1])
 	}
 
 	// An agent of an earlier build that no box refers to is removed at the
 	// next start; the one the running box uses stays.
 	stale := filepath.Join(d.root, "agent", "corral-agent-0000000000000000")
-	if err := os.WriteFile(stale, []byte("old build"), 0o555); err != nil {
-		t.Fatal(err)
+	staleInit := filepath.Join(d.root, "agent", "corral-init-0000000000000000")
+	for _, p := range []string{stale, staleInit} {
+		if err := os.WriteFile(p, []byte("old build"), 0o555); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d.stop()
 	d.start()
-	if _, err := os.Stat(stale); !os.IsNotExist(err) {
-		t.Errorf("stale agent %s: %v; want it removed", stale, err)
+	for _, p := range []string{stale, staleInit} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("stale binary %s: %v; want it removed", p, err)
+		}
+	}
+	if _, err := os.Stat(inits[0]); err != nil {
+		t.Errorf("the init in use: %v", err)
 	}
 	again, _ := filepath.Glob(filepath.Join(d.root, "agent", "corral-agent-*"))
 	st2, err := os.Stat(installed[0])
@@ -64,4 +80,95 @@ func TestSlimAgent(t *testing.T) {
 	if got := strings.TrimSpace(d.must("exec", id, "--", "echo", "alive")); got != "alive" {
 		t.Errorf("exec after restart: %q", got)
 	}
+}
+
+// TestAgentIdleExit checks the on-demand agent: an idle box keeps only
+// corral-init (one process), the next request starts a new agent, a
+// running command keeps the agent, and what a warm pool's hand-out set
+// (the environment) holds for the agents that come after.
+func TestAgentIdleExit(t *testing.T) {
+	d := startDaemonWith(t, func(cfg *string, _ string) { *cfg += "agent_idle_exit = \"1s\"\n" })
+	id := d.create()
+	// waitProcs waits until the box has n processes (up to 15 s).
+	waitProcs := func(n int, why string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got := len(d.cgroupPids(id))
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the box has %d processes, want %d", why, got, n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitProcs(1, "idle box")
+	if got := strings.TrimSpace(d.must("exec", id, "--", "sh", "-c", "echo $$ $PPID")); got == "" {
+		t.Fatal("no output from a new agent")
+	}
+	// PID 1 (corral-init) started a new agent, whose child the command is.
+	out := strings.TrimSpace(d.must("exec", id, "--", "sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; grep PPid /proc/$PPID/status"))
+	if !strings.Contains(out, "/.corral/corral agent") || !strings.HasSuffix(out, "PPid:\t1") {
+		t.Errorf("the command's parent: %q; want the agent, child of PID 1", out)
+	}
+	waitProcs(1, "idle again")
+
+	// An idle box (corral-init alone) suspends with its memory and
+	// resumes; the next request starts an agent in it.
+	d.must("exec", id, "--", "sh", "-c", "echo kept > /root/f")
+	waitProcs(1, "idle before suspend")
+	d.must("suspend", id)
+	d.must("resume", id)
+	if got := strings.TrimSpace(d.must("exec", id, "--", "cat", "/root/f")); got != "kept" {
+		t.Errorf("file after suspend and resume of an idle box: %q", got)
+	}
+	waitProcs(1, "idle after resume")
+
+	// A background command keeps its agent (which reads its output and
+	// will report its exit) well past the idle time.
+	d.must("exec", "-d", id, "--", "sleep", "4")
+	time.Sleep(2500 * time.Millisecond)
+	if n := len(d.cgroupPids(id)); n != 3 {
+		t.Errorf("with a background command: %d processes, want 3 (init, agent, sleep)", n)
+	}
+	waitProcs(1, "after the background command")
+
+	// A pool box handed out with its own environment: the environment
+	// holds after its agent exited and a new one started.
+	d.must("pool", "set", "busybox", "--size", "1")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pools []struct {
+			Ready int `json:"ready"`
+		}
+		_ = json.Unmarshal([]byte(d.must("pool", "ls", "--json")), &pools)
+		if len(pools) == 1 && pools[0].Ready == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not ready: %+v", pools)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	first := id
+	id = d.create("--image", "busybox", "--env", "CORRAL_IT=from-hand-out")
+	if log := readFile(d.logFile); !strings.Contains(log, "sandbox="+id) || !regexp.MustCompile(`sandbox=`+id+`.*from_pool=true`).MatchString(log) {
+		t.Fatalf("sandbox %s did not come from the pool", id)
+	}
+	if got := strings.TrimSpace(d.must("exec", id, "--", "sh", "-c", "echo $CORRAL_IT")); got != "from-hand-out" {
+		t.Fatalf("env in the handed-out box: %q", got)
+	}
+	waitProcs(1, "handed-out box idle")
+	if got := strings.TrimSpace(d.must("exec", id, "--", "sh", "-c", "echo $CORRAL_IT")); got != "from-hand-out" {
+		t.Errorf("env after the agent exited and came back: %q; want from-hand-out", got)
+	}
+	d.must("pool", "rm", "busybox")
+	d.must("rm", "-f", id, first)
+	deadline = time.Now().Add(20 * time.Second)
+	for len(d.leftovers()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.requireNoLeftovers()
 }

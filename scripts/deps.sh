@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
 	crun runc            # OCI runtimes (crun is the default)
 	busybox-static       # the tiny built-in "busybox" image
+	gcc libc6-dev        # builds cmd/corral-init, the static C PID 1 of every box
 	bubblewrap           # benchmark peer (corral bench)
 	e2fsprogs            # mkfs.ext4 for each sandbox's size-limited writable disk
 	xfsprogs             # mkfs.xfs for the disk volume: reflinked disk copies (fork, snapshot) on ext4 hosts

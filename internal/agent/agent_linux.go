@@ -31,6 +31,12 @@ type Server struct {
 	handler http.Handler
 	// live holds the defaults set through POST /init.
 	live *liveDefaults
+	// state keeps live (and whether a warm box was used) for the next
+	// agent; nil unless cfg.UnderInit.
+	state *stateFile
+	// idle is closed when the agent has been idle for cfg.IdleExit; nil
+	// without an idle exit.
+	idle chan struct{}
 }
 
 // New builds a Server. ctx is the agent's lifetime: commands run under it.
@@ -50,6 +56,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		live:    &liveDefaults{},
 	}
 	s.proc.live, s.fs.live = s.live, s.live
+	if cfg.UnderInit {
+		st, err := openState(StateFD)
+		if err != nil {
+			// The agent still works; a warm pool's defaults are lost
+			// when it exits.
+			log.G(ctx).Warn("no state for the next agent", "error", err)
+		}
+		s.state = st
+		if d := st.get().Defaults; d != nil {
+			s.live.set, s.live.env, s.live.user, s.live.workdir = true, d.Env, d.User, d.Workdir
+		}
+	}
 	mux := http.NewServeMux()
 	// The agent is reached over a local socket: compressing every output
 	// chunk would only burn the box's CPU (and 1 GB of output would cost
@@ -63,7 +81,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /files", s.postFiles)
 	mux.HandleFunc("POST /init", s.postInit)
 	s.handler = mux
+	if cfg.UnderInit && cfg.IdleExit > 0 {
+		s.idle = make(chan struct{})
+		clock := newIdleClock(cfg.IdleExit, !cfg.Warm || s.state.get().Used, s.busy, func() { close(s.idle) })
+		s.proc.onEnd = clock.poke
+		s.handler = clock.wrap(mux, func() {
+			if err := s.state.update(func(st *agentState) { st.Used = true }); err != nil {
+				log.G(ctx).Warn("keep state for the next agent", "error", err)
+			}
+		})
+	}
 	return s, nil
+}
+
+// busy reports whether a command runs or a watcher exists: the agent then
+// does not exit when idle.
+func (s *Server) busy() bool {
+	s.proc.mu.Lock()
+	n := len(s.proc.procs)
+	s.proc.mu.Unlock()
+	s.fs.mu.Lock()
+	n += len(s.fs.watchers)
+	s.fs.mu.Unlock()
+	return n > 0
 }
 
 // Handler returns the agent's routes.
@@ -88,6 +128,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+	case <-s.idle: // nil, and never ready, without an idle exit
+		log.G(ctx).Info("agent exiting: idle", "for", s.cfg.IdleExit)
 	}
 	s.Close()
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -147,7 +189,7 @@ func Listen(cfg Config) (net.Listener, error) {
 func Run(ctx context.Context, cfg Config) error {
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
 	defer stop()
-	if os.Getpid() == 1 {
+	if os.Getpid() == 1 || cfg.UnderInit {
 		// One P: the agent forwards I/O and forks; it never needs two
 		// CPUs at once. A single P keeps every hand-off between its
 		// goroutines on one thread (no cross-CPU wake-ups: an exec round
@@ -169,7 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	log.G(ctx).Info("agent listening", "addr", ln.Addr().String(), "pid", os.Getpid())
+	log.G(ctx).Info("agent listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "idle_exit", cfg.IdleExit)
 	err = s.Serve(ctx, ln)
 	if os.Getpid() == 1 {
 		// As PID 1 of the box, also stop what the commands left behind.

@@ -39,7 +39,24 @@ type Config struct {
 	// StopGrace is how long children get after SIGTERM before SIGKILL when
 	// the agent stops (default 2s).
 	StopGrace time.Duration
+	// UnderInit says corral-init (PID 1 of the box) started this agent on
+	// demand: the agent tunes itself as PID 1 would (one P, reserved
+	// threads), keeps its live defaults in the memfd corral-init passes as
+	// fd StateFD, and exits once idle for IdleExit.
+	UnderInit bool
+	// IdleExit is how long the agent stays without a request in flight, a
+	// running command or a watcher before it exits (0 = never). Only with
+	// UnderInit: corral-init starts the next agent on the next connection.
+	IdleExit time.Duration
+	// Warm marks a warm pool's box: its idle clock starts only with the
+	// first request other than GET /health, so a pooled box keeps its agent
+	// until it is handed out and used.
+	Warm bool
 }
+
+// StateFD is the fd of the memfd in which an agent under corral-init keeps
+// its state for the next agent.
+const StateFD = 4
 
 func (c Config) withDefaults() Config {
 	if c.CgroupPath == "" {

@@ -16,12 +16,21 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "", "address to listen on instead: unix:///path or tcp://127.0.0.1:0")
 	fs.StringVar(&c.DefaultUser, "user", "", "default user of commands (default: the agent's own)")
 	fs.StringVar(&c.Workdir, "workdir", "", "default working directory of commands (default: the user's home, else /)")
+	fs.BoolVar(&c.UnderInit, "under-init", false, "started on demand by corral-init (PID 1 of the box): keep state in fd 4, exit when idle")
+	fs.DurationVar(&c.IdleExit, "idle-exit", 0, "with --under-init: exit after this long without requests, commands or watchers (0 = never)")
+	fs.BoolVar(&c.Warm, "warm", false, "with --idle-exit: a warm pool's box; the idle clock starts at the first request other than GET /health")
 }
 
 // Validate reports a configuration the agent cannot start with.
 func (c Config) Validate() error {
 	if c.Listen == "" && c.ListenFD <= 0 {
 		return errors.New("one of --listen-fd and --listen is required")
+	}
+	if c.IdleExit < 0 {
+		return errors.New("--idle-exit must not be negative")
+	}
+	if (c.IdleExit > 0 || c.Warm) && !c.UnderInit {
+		return errors.New("--idle-exit and --warm need --under-init: only corral-init starts a new agent after one exits")
 	}
 	return nil
 }

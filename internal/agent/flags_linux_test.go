@@ -25,6 +25,9 @@ func TestMainArguments(t *testing.T) {
 		{[]string{"agent", "--listen-fd", "3", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		{[]string{"agent", "--help"}, 0, "-listen-fd"},
+		{[]string{"agent", "--listen-fd", "3", "--idle-exit", "30s"}, 2, "--idle-exit and --warm need --under-init"},
+		{[]string{"agent", "--listen-fd", "3", "--warm"}, 2, "--idle-exit and --warm need --under-init"},
+		{[]string{"agent", "--listen-fd", "3", "--under-init", "--idle-exit", "-1s"}, 2, "--idle-exit must not be negative"},
 	} {
 		var stderr bytes.Buffer
 		code := Main(context.Background(), tc.args, &stderr)

@@ -78,6 +78,11 @@ func (s *Server) postInit(w http.ResponseWriter, r *http.Request) {
 	s.live.mu.Lock()
 	s.live.set, s.live.env, s.live.user, s.live.workdir = true, slices.Clone(req.Env), req.User, req.Workdir
 	s.live.mu.Unlock()
+	if err := s.state.update(func(st *agentState) { st.Defaults = &req }); err != nil {
+		// The defaults hold for this agent, not for the next one.
+		writeJSONError(w, http.StatusInternalServerError, errors.New("init: keep the defaults for the next agent: "+err.Error()))
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

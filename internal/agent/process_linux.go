@@ -38,6 +38,8 @@ type processService struct {
 	// procs holds the commands that have not ended yet, by pid.
 	// guarded by mu
 	procs map[int]*proc
+	// onEnd, if set, runs after a command ended (the idle clock).
+	onEnd func()
 }
 
 var _ processconnect.ProcessHandler = (*processService)(nil)
@@ -235,6 +237,9 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		s.mu.Lock()
 		delete(s.procs, p.pid)
 		s.mu.Unlock()
+		if s.onEnd != nil {
+			s.onEnd()
+		}
 	}
 
 	// The tag check and the registration happen under one lock so two

@@ -1,12 +1,14 @@
-// Package agentbin carries the slim agent (cmd/corral-agent) inside the
-// corral binary and installs it on the host, so that users still get one
-// binary while every sandbox runs an agent a third of corral's size.
+// Package agentbin carries the slim agent (cmd/corral-agent) and the box's
+// PID 1 (cmd/corral-init) inside the corral binary and installs them on the
+// host, so that users still get one binary while every sandbox runs an agent
+// a third of corral's size, and only when it is used.
 //
-// scripts/build.sh builds cmd/corral-agent into bin/corral-agent here and
-// then corral with the build tag slimagent, which embeds it. A corral built
-// without the tag (a plain go build, go test) embeds nothing: the daemon then
-// runs its own binary as the agent (`corral agent`), which works the same and
-// holds about 1 MiB more memory per sandbox.
+// scripts/build.sh builds cmd/corral-agent into bin/corral-agent and
+// cmd/corral-init into bin/corral-init here, and then corral with the build
+// tag slimagent, which embeds them. A corral built without the tag (a plain
+// go build, go test) embeds nothing: the daemon then runs its own binary as
+// the agent (`corral agent`) and as PID 1, which works the same and holds
+// about 2 MiB more memory per idle sandbox.
 package agentbin
 
 import (
@@ -24,27 +26,40 @@ import (
 	"github.com/corral-sandbox/corral/internal/atomicfile"
 )
 
-// Prefix starts the name of every installed agent; the rest of the name is
-// the start of the binary's SHA-256, so two builds never share a file.
-const Prefix = "corral-agent-"
+// Prefix and InitPrefix start the name of every installed agent and init;
+// the rest of the name is the start of the binary's SHA-256, so two builds
+// never share a file.
+const (
+	Prefix     = "corral-agent-"
+	InitPrefix = "corral-init-"
+)
 
-// embedded is the slim agent, or nil when this corral was built without the
-// slimagent tag. It is set by embed_slim.go.
-var embedded []byte
+// embedded and embeddedInit are the slim agent and the box's init, or nil
+// when this corral was built without the slimagent tag. They are set by
+// embed_slim.go.
+var embedded, embeddedInit []byte
 
 // Embedded returns the slim agent built into this corral, or nil.
 func Embedded() []byte { return embedded }
 
-// Install writes bin into dir as Prefix+<hash> (mode 0555) unless a file
+// EmbeddedInit returns the box init (cmd/corral-init) built into this
+// corral, or nil. It is a static C program: SameBuild does not apply, and
+// build.sh always builds it together with the agent.
+func EmbeddedInit() []byte { return embeddedInit }
+
+// Install writes the agent bin into dir as Prefix+<hash>: see InstallAs.
+func Install(dir string, bin []byte) (string, error) { return InstallAs(dir, Prefix, bin) }
+
+// InstallAs writes bin into dir as prefix+<hash> (mode 0555) unless a file
 // with the same content is there already, and returns its path. Sandboxes
 // bind-mount the file read-only, and a suspended box's checkpoint refers to
 // it, so it is never rewritten in place: another build gets another name.
-func Install(dir string, bin []byte) (string, error) {
+func InstallAs(dir, prefix string, bin []byte) (string, error) {
 	if len(bin) == 0 {
-		return "", errors.New("agentbin: empty agent binary")
+		return "", errors.New("agentbin: empty " + strings.TrimSuffix(prefix, "-") + " binary")
 	}
 	sum := sha256.Sum256(bin)
-	path := filepath.Join(dir, Prefix+hex.EncodeToString(sum[:8]))
+	path := filepath.Join(dir, prefix+hex.EncodeToString(sum[:8]))
 	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, bin) {
 		return path, nil
 	}

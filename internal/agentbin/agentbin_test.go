@@ -77,6 +77,25 @@ func TestInstall(t *testing.T) {
 	}
 }
 
+func TestInstallAsInit(t *testing.T) {
+	dir := t.TempDir()
+	bin := []byte("\x7fELF pretend init")
+	a, err := Install(dir, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := InstallAs(dir, InitPrefix, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == i || !strings.HasPrefix(filepath.Base(i), InitPrefix) || strings.TrimPrefix(filepath.Base(i), InitPrefix) != strings.TrimPrefix(filepath.Base(a), Prefix) {
+		t.Errorf("agent %s and init %s: want one file per prefix, with the same hash", a, i)
+	}
+	if _, err := InstallAs(dir, InitPrefix, nil); err == nil || !strings.Contains(err.Error(), "empty corral-init binary") {
+		t.Errorf("empty init: %v, want a clear error", err)
+	}
+}
+
 func TestInstallErrors(t *testing.T) {
 	if _, err := Install(t.TempDir(), nil); err == nil {
 		t.Error("empty binary: no error")

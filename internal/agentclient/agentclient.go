@@ -27,6 +27,12 @@ import (
 	"github.com/corral-sandbox/corral/api/gen/process/processconnect"
 )
 
+// WarmUpHeader marks a request that only warms a pool's box up (the
+// daemon's first exec in it): like GET /health, it does not start the idle
+// clock of the box's agent, so the agent stays until the box is handed out
+// and used. The agent reads it as warmUpHeader.
+const WarmUpHeader = "Corral-Warm-Up"
+
 // unixBaseURL is the URL base used for unix-socket agents; the host part is
 // ignored by the dialer.
 const unixBaseURL = "http://agent"

@@ -99,6 +99,10 @@ type Config struct {
 	// Settle is how long to wait before reading host memory, so that the
 	// agents are idle and deferred frees are done (DefaultSettle).
 	Settle time.Duration
+	// AgentIdleWait bounds the wait, after settling, for the idle boxes'
+	// agents to exit (the daemon's agent_idle_exit), so that idle boxes are
+	// measured as they stay; 0 measures them with their agents running.
+	AgentIdleWait time.Duration
 	// Forks is how many forks, suspends and resumes to time (5).
 	Forks int
 	// ForkBytes are the amounts written in a sandbox before it is forked

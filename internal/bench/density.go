@@ -53,6 +53,12 @@ type Density struct {
 	AvailableAfter  int64 `json:"mem_available_after"`
 	// PerBox is (AvailableBefore - AvailableIdle) / Running.
 	PerBox int64 `json:"per_box_bytes"`
+	// PerBoxAgents is PerBox read before the boxes' agents exited when
+	// idle (Corral with corral-init only): each box's agent still runs, as
+	// in a box used within the last agent_idle_exit. AgentsExit is how long
+	// after that the agents had all exited.
+	PerBoxAgents int64         `json:"per_box_with_agents_bytes,omitempty"`
+	AgentsExit   time.Duration `json:"agents_exit_ns,omitempty"`
 	// Accounted is the unreclaimable memory per box summed from its parts:
 	// the boxes' processes' PSS, the daemon's RSS growth and the growth of
 	// KernelStack, PageTables, SUnreclaim and Percpu. Page cache that other
@@ -363,6 +369,9 @@ type densityBoxes struct {
 	remove func(ctx context.Context, id string) error
 	// daemonPID is the PID of the daemon running the boxes, or 0.
 	daemonPID int
+	// agentsExit says the boxes' agents exit when idle (Corral): the
+	// measurement waits for that, up to Config.AgentIdleWait.
+	agentsExit bool
 }
 
 // measureDensity starts n boxes, lets them settle, reads host memory and
@@ -419,14 +428,29 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	}
 	r.progress("%s density: %d boxes started in %s; settling %s", b.name, len(ids), d.Start.Round(time.Millisecond), r.cfg.Settle)
 	sleep(ctx, r.cfg.Settle)
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	if b.agentsExit && r.cfg.AgentIdleWait > 0 {
+		withAgents, err := readMeminfo()
+		if err != nil {
+			_ = removeAll()
+			return fail(err)
+		}
+		d.PerBoxAgents = perBox(before["MemAvailable"], withAgents["MemAvailable"], d.Running)
+		r.progress("%s density: waiting up to %s for the agents to exit when idle", b.name, r.cfg.AgentIdleWait)
+		waited, ok := waitAgentsExit(ctx, set, len(ids), r.cfg.AgentIdleWait)
+		d.AgentsExit = waited
+		if !ok && d.Err == "" {
+			d.Err = fmt.Sprintf("agents still running after %s (agent_idle_exit longer, or no corral-init in this build)", r.cfg.AgentIdleWait)
+		}
+		sleep(ctx, r.cfg.Settle)
+	}
 	idle, err := readMeminfo()
 	if err != nil {
 		_ = removeAll()
 		return fail(err)
-	}
-	set := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
 	}
 	st := boxProcesses(set)
 	if b.daemonPID != 0 {
@@ -472,6 +496,21 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	return d
 }
 
+// waitAgentsExit waits until the boxes in set have one process each (their
+// corral-init) or max passed, and returns how long it waited.
+func waitAgentsExit(ctx context.Context, set map[string]bool, boxes int, max time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if boxProcesses(set).Processes <= boxes {
+			return time.Since(start), true
+		}
+		if time.Since(start) >= max || ctx.Err() != nil {
+			return time.Since(start), false
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -505,7 +544,8 @@ func (r *run) density(ctx context.Context) {
 			}
 			return err
 		},
-		remove: func(ctx context.Context, id string) error { return c.RemoveSandbox(ctx, id, true) },
+		remove:     func(ctx context.Context, id string) error { return c.RemoveSandbox(ctx, id, true) },
+		agentsExit: true,
 	}
 	if r.cfg.DaemonSocket != "" {
 		boxes.daemonPID = listenerPID(r.cfg.DaemonSocket)

@@ -165,6 +165,10 @@ func printDensity(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "%s, after removal vs before (whole host): MemAvailable %s, SUnreclaim %s, Percpu %s, memory cgroups %+d\n",
 				d.Name, signedMiB(d.Leftover["MemAvailable"]), signedMiB(d.Leftover["SUnreclaim"]), signedMiB(d.Leftover["Percpu"]), d.MemcgsLeft)
 		}
+		if d.PerBoxAgents > 0 {
+			fmt.Fprintf(w, "%s, memory/box with each box's agent still running: %s; the agents exited when idle %s later\n",
+				d.Name, mib(d.PerBoxAgents), d.AgentsExit.Round(time.Second))
+		}
 		if d.Processes > 0 {
 			fmt.Fprintf(w, "%s, per box process: RSS %s, PSS %s (anon %s), %.1f threads",
 				d.Name, kib(d.RSS/n), kib(d.PSS/n), kib(d.PSSAnon/n), float64(d.Threads)/float64(n))

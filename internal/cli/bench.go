@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,9 +35,12 @@ run, bwrap, podman run --rm, each on the same busybox root file system):
   throughput  sandboxes created and removed per second with C concurrent
               clients (--clients, default 1 and 2 x CPUs), next to each
               peer's lifecycles run C at a time
-  density     --density idle sandboxes (busybox, --density-memory limit):
-              host memory per box from /proc/meminfo MemAvailable, Slab and
-              the other kernel counters, the agents' RSS/PSS (smaps_rollup);
+  density     --density idle sandboxes (busybox, --density-memory limit),
+              measured once their agents exited when idle (up to
+              --density-idle-wait; the memory with the agents still running
+              is printed too): host memory per box from /proc/meminfo
+              MemAvailable, Slab and the other kernel counters, the box
+              processes' RSS/PSS (smaps_rollup);
               every box must answer an exec, and the memory must come back
               after removal; the same for idle raw crun containers
   ops         through the Go SDK: create -> first exec (-> rm) with a warm
@@ -129,6 +133,7 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 	f.Var(sizeFlag{&cfg.DensityMemory}, "density-memory", "memory limit of each idle sandbox: bytes or 32m")
 	f.StringVar(&densityPeers, "density-peers", "crun", "comma-separated peers whose idle containers are measured too: crun, runc (empty: none)")
 	f.DurationVar(&cfg.Settle, "settle", bench.DefaultSettle, "wait before each read of host memory")
+	f.DurationVar(&cfg.AgentIdleWait, "density-idle-wait", 2*time.Minute, "wait up to this long for the idle boxes' agents to exit (the daemon's agent_idle_exit) before measuring them; 0 measures them with their agents")
 	f.IntVar(&cfg.Forks, "forks", 5, "forks, pauses and suspends timed per series")
 	f.StringVar(&chart, "chart", "", "write an SVG chart of the results to FILE")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (every figure) instead of the tables")

@@ -65,11 +65,15 @@ func (a *app) agentCmd() *cobra.Command {
 	var cfg agent.Config
 	cmd := &cobra.Command{
 		Use:   "agent [flags]",
-		Short: "Run the in-sandbox agent (PID 1 of a sandbox; started by the daemon)",
-		Long: `Run the in-sandbox agent. The daemon starts it as PID 1 of every sandbox with
-a listening socket on fd 3; it serves process and file operations over Connect
-RPC (E2B envd-compatible). It is not meant to be started by hand, except for
-tests with --listen.
+		Short: "Run the in-sandbox agent (started in every sandbox by its PID 1)",
+		Long: `Run the in-sandbox agent. In every sandbox, corral-init (PID 1) starts it on
+the first connection to the box's agent socket, passed as fd 3, with
+--under-init; it exits after --idle-exit without requests, commands or
+watchers, and the next connection starts a new one. Without corral-init (a
+corral not built by scripts/build.sh) the agent itself is PID 1 for the box's
+life. It serves process and file operations over Connect RPC (E2B
+envd-compatible). It is not meant to be started by hand, except for tests
+with --listen.
 
 A corral built with scripts/build.sh carries a slim copy of the agent
 (corral-agent, the agent without the rest of corral) and the daemon runs that

@@ -58,26 +58,40 @@ func TestDefaultAgent(t *testing.T) {
 func TestPruneAgents(t *testing.T) {
 	dir := t.TempDir()
 	var paths []string
-	for _, n := range []string{"a", "b", "c"} {
-		p, err := agentbin.Install(dir, []byte("agent "+n))
-		if err != nil {
-			t.Fatal(err)
+	// Agents a, b, c, then inits a, b, c: b of each is unused.
+	for _, prefix := range []string{agentbin.Prefix, agentbin.InitPrefix} {
+		for _, n := range []string{"a", "b", "c"} {
+			p, err := agentbin.InstallAs(dir, prefix, []byte(prefix+n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, p)
 		}
-		paths = append(paths, p)
 	}
 	other := filepath.Join(dir, "not-an-agent")
 	if err := os.WriteFile(other, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pruneAgents(log.WithLogger(context.Background(), log.Discard()), dir, map[string]bool{paths[0]: true, paths[2]: true})
+	pruneAgents(log.WithLogger(context.Background(), log.Discard()), dir, map[string]bool{paths[0]: true, paths[2]: true, paths[3]: true, paths[5]: true})
 	for i, p := range paths {
 		_, err := os.Stat(p)
-		if kept := err == nil; kept != (i != 1) {
-			t.Errorf("%s: kept %v, want %v", p, kept, i != 1)
+		if kept := err == nil; kept != (i%3 != 1) {
+			t.Errorf("%s: kept %v, want %v", p, kept, i%3 != 1)
 		}
 	}
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("a file that is not an agent was removed: %v", err)
 	}
 	pruneAgents(context.Background(), filepath.Join(dir, "missing"), nil) // no directory: nothing to do
+}
+
+func TestDefaultInit(t *testing.T) {
+	ctx := log.WithLogger(context.Background(), log.Discard())
+	if p := defaultInit(ctx, t.TempDir(), nil); p != "" {
+		t.Errorf("nothing embedded: init %q, want none (the agent is PID 1)", p)
+	}
+	// Not an ELF file: refused, so boxes never get a PID 1 that cannot start.
+	if p := defaultInit(ctx, t.TempDir(), []byte("#!/bin/sh\n")); p != "" {
+		t.Errorf("a script: init %q, want none", p)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
@@ -56,6 +57,13 @@ type Config struct {
 	// AgentBinary is the static corral binary run as each sandbox's PID 1;
 	// empty means this executable.
 	AgentBinary string `toml:"agent_binary"`
+	// AgentIdleExit is how long a sandbox's agent stays without requests,
+	// running commands or watchers before it exits, leaving only the tiny
+	// PID 1 (corral-init) in an idle box; the next request starts a new
+	// agent (a few ms). "0" keeps agents for the box's whole life. Only a
+	// corral built by scripts/build.sh has corral-init; without it the
+	// agent is PID 1 and never exits.
+	AgentIdleExit string `toml:"agent_idle_exit"`
 	// DiskPoolSize is how many formatted writable-layer disks are kept
 	// ready (0: the layer store's default; negative: none).
 	DiskPoolSize int `toml:"disk_pool_size"`
@@ -102,6 +110,23 @@ type Resources struct {
 	Pids int64 `toml:"pids"`
 }
 
+// DefaultAgentIdleExit is agent_idle_exit's default.
+const DefaultAgentIdleExit = "30s"
+
+// agentIdleExit returns AgentIdleExit parsed (the default when empty), or
+// -1 when it is not a valid duration.
+func (c Config) agentIdleExit() time.Duration {
+	s := c.AgentIdleExit
+	if s == "" {
+		s = DefaultAgentIdleExit
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return -1
+	}
+	return d
+}
+
 // DefaultConfig returns the built-in defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -113,6 +138,7 @@ func DefaultConfig() Config {
 		Runtimes:       []string{"crun", "runc"},
 		CgroupParent:   "corral",
 		DefaultImage:   sandbox.DefaultImage,
+		AgentIdleExit:  DefaultAgentIdleExit,
 		Resources: Resources{
 			CPUs:        sandbox.DefaultCPUs,
 			MemoryBytes: sandbox.DefaultMemoryBytes,
@@ -174,6 +200,8 @@ func (c Config) Validate() error {
 		return bad("runtimes must name at least one runtime")
 	case c.AgentBinary != "" && !filepath.IsAbs(c.AgentBinary):
 		return bad("agent_binary %q must be an absolute path", c.AgentBinary)
+	case c.agentIdleExit() < 0:
+		return bad("agent_idle_exit %q must be a duration such as \"30s\", \"5m\" or \"0\" (never)", c.AgentIdleExit)
 	case c.Resources.CPUs < 0 || c.Resources.MemoryBytes < 0 || c.Resources.DiskBytes < 0 || c.Resources.Pids < 0:
 		return bad("resources must not be negative")
 	case c.Resources.MemoryBytes != 0 && c.Resources.MemoryBytes < sandbox.MinMemoryBytes:

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 )
@@ -41,6 +42,10 @@ pids = 256
 		{"default runtime missing", "version = 1\nruntimes = [\"runc\"]\n", "default_runtime"},
 		{"tiny memory", "version = 1\n[resources]\nmemory_bytes = 5\n", "resources.memory_bytes"},
 		{"bad log level", "version = 1\nlog_level = \"loud\"\n", "log_level"},
+		{"agent idle exit", "version = 1\nagent_idle_exit = \"2m\"\n", ""},
+		{"agent idle exit off", "version = 1\nagent_idle_exit = \"0\"\n", ""},
+		{"agent idle exit bad", "version = 1\nagent_idle_exit = \"soon\"\n", "agent_idle_exit \"soon\" must be a duration"},
+		{"agent idle exit negative", "version = 1\nagent_idle_exit = \"-1s\"\n", "agent_idle_exit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +70,12 @@ pids = 256
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+	if d := DefaultConfig().agentIdleExit(); d != 30*time.Second {
+		t.Errorf("default agent idle exit %v, want 30s", d)
+	}
+	if d := (Config{AgentIdleExit: "0"}).agentIdleExit(); d != 0 {
+		t.Errorf("agent_idle_exit 0 = %v, want 0 (never)", d)
 	}
 }
 

@@ -155,10 +155,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	log.G(ctx).Info("sandbox agent", "binary", agentBin)
 	if err := checkStatic(agentBin); err != nil {
 		return nil, err
 	}
+	initBin := defaultInit(ctx, agentDir(cfg), agentbin.EmbeddedInit())
+	idleExit := cfg.agentIdleExit()
+	if initBin == "" {
+		idleExit = 0
+	}
+	log.G(ctx).Info("sandbox agent", "binary", agentBin, "init", initBin, "idle_exit", idleExit)
 	activity := &touchHook{}
 	netsvc, secretStore, err := newNetwork(cfg, activity.touch)
 	if err != nil {
@@ -199,6 +204,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		Store:          db,
 		AgentReady:     agentReady,
 		AgentBinary:    agentBin,
+		InitBinary:     initBin,
+		AgentIdleExit:  idleExit,
 		DefaultImage:   cfg.DefaultImage,
 		DefaultResources: sandbox.Resources{
 			CPUs: cfg.Resources.CPUs, MemoryBytes: cfg.Resources.MemoryBytes,
@@ -217,10 +224,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if recs, err := db.ListSandboxes(ctx); err != nil {
 		log.G(ctx).Warn("list sandboxes to prune old agents", "error", err)
 	} else {
-		inUse := map[string]bool{agentBin: true}
+		inUse := map[string]bool{agentBin: true, initBin: true}
 		for _, r := range recs {
 			if r.Spec != nil {
 				inUse[r.Spec.AgentBinary] = true
+				inUse[r.Spec.InitBinary] = true
 			}
 		}
 		pruneAgents(ctx, agentDir(cfg), inUse)
@@ -526,16 +534,39 @@ func defaultAgent(ctx context.Context, dir string, slim []byte) (string, error) 
 	return self, nil
 }
 
-// pruneAgents removes the installed agents in dir (earlier builds' slim
-// agents) that no sandbox record refers to: after recovery, a running,
-// paused, suspended or pooled box keeps the file its spec names, since a
-// suspended box's checkpoint needs that very binary to resume.
+// defaultInit installs the box init embedded in this corral under dir and
+// returns its path, or "" when there is none (a plain go build) or it
+// cannot be installed: agents then run as PID 1 and never exit when idle.
+func defaultInit(ctx context.Context, dir string, bin []byte) string {
+	if bin == nil {
+		log.G(ctx).Info("no corral-init in this build (scripts/build.sh embeds it): each sandbox's agent is its PID 1 and stays while the box lives")
+		return ""
+	}
+	path, err := agentbin.InstallAs(dir, agentbin.InitPrefix, bin)
+	if err == nil {
+		err = checkStatic(path)
+	}
+	if err != nil {
+		log.G(ctx).Warn("not using the embedded corral-init; each sandbox's agent is its PID 1 and stays while the box lives", "error", err)
+		return ""
+	}
+	return path
+}
+
+// pruneAgents removes the installed agents and inits in dir (earlier
+// builds') that no sandbox record refers to: after recovery, a running,
+// paused, suspended or pooled box keeps the files its spec names, since a
+// suspended box's checkpoint needs those very binaries to resume.
 func pruneAgents(ctx context.Context, dir string, inUse map[string]bool) {
-	old, err := filepath.Glob(filepath.Join(dir, agentbin.Prefix+"*"))
+	agents, err := filepath.Glob(filepath.Join(dir, agentbin.Prefix+"*"))
 	if err != nil {
 		return
 	}
-	for _, p := range old {
+	inits, err := filepath.Glob(filepath.Join(dir, agentbin.InitPrefix+"*"))
+	if err != nil {
+		return
+	}
+	for _, p := range append(agents, inits...) {
 		if inUse[p] {
 			continue
 		}

@@ -232,7 +232,9 @@ type warmTarget struct{ id, addr string }
 func (s *Server) WarmAgent(ctx context.Context, id, addr string) error {
 	ctx = context.WithValue(ctx, warmKey{}, warmTarget{id: id, addr: addr})
 	pc := processconnect.NewProcessClient(&http.Client{Transport: s.proxy.tr}, "http://"+id+agentHostSuffix)
-	stream, err := pc.Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}))
+	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}})
+	req.Header().Set(agentclient.WarmUpHeader, "1")
+	stream, err := pc.Start(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@ import (
 
 // Attribution: the proxy accepts a box's connection in the box's namespace,
 // so the peer address is the box's own socket. Its inode comes from the
-// box's socket table (/proc/<agent>/net/tcp or udp: the agent's namespace),
-// and the process that holds it from the file descriptors of the agent's
+// box's socket table (/proc/<PID 1>/net/tcp or udp: the box's namespace),
+// and the process that holds it from the file descriptors of PID 1's
 // descendants. The exec is the agent's direct child that process descends
 // from: the command the agent started (its pid is the one `corral exec
 // --detach` and `corral ps` show). Everything read here was written by the
@@ -25,23 +25,38 @@ const maxCommand = 256
 
 // attribute finds the process (and its exec) that owns the box's TCP
 // socket from peer to dst (looked up with sockDiag); nil when it is gone.
-func attribute(d *sockDiag, agentPid int, peer, dst netip.AddrPort) (exec, proc *ProcRef) {
+func attribute(d *sockDiag, pid1 int, peer, dst netip.AddrPort) (exec, proc *ProcRef) {
 	inode, err := d.inode(peer, dst)
 	if err != nil || inode == 0 {
 		return nil, nil
 	}
-	return owner(agentPid, uint64(inode))
+	return owner(pid1, uint64(inode))
 }
 
-// owner finds the process holding the socket inode among the agent's
-// descendants, and the exec it descends from.
-func owner(agentPid int, inode uint64) (exec, proc *ProcRef) {
+// AgentPath is where the agent binary is mounted in every box (the OCI
+// runtime's oci.AgentPath, which a test keeps equal).
+const AgentPath = "/.corral/corral"
+
+// owner finds the process holding the socket inode among the descendants
+// of the box's PID 1, and the exec it descends from. PID 1 is the agent, or
+// corral-init, whose child the agent is: the execs are then the agent's
+// children. The agent is told by its executable (the file mounted at
+// AgentPath in the box, which the box cannot replace), not by anything the
+// box wrote. Orphans that PID 1 adopted count as execs of their own.
+func owner(pid1 int, inode uint64) (exec, proc *ProcRef) {
 	needle := fmt.Sprintf("socket:[%d]", inode)
-	// Breadth-first over the agent's descendants; top is the exec each
+	// Breadth-first over PID 1's descendants; top is the exec each
 	// descends from.
 	type item struct{ pid, top int }
 	queue := []item{}
-	for _, c := range children(agentPid) {
+	agentBin, agentErr := os.Stat(fmt.Sprintf("/proc/%d/root%s", pid1, AgentPath))
+	for _, c := range children(pid1) {
+		if exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", c)); agentErr == nil && err == nil && os.SameFile(exe, agentBin) {
+			for _, e := range children(c) {
+				queue = append(queue, item{e, e})
+			}
+			continue
+		}
 		queue = append(queue, item{c, c})
 	}
 	for seen := 0; len(queue) > 0 && seen < 100000; seen++ {

@@ -57,6 +57,11 @@ type ManagerConfig struct {
 	AgentReady     AgentReadyFunc
 	// AgentBinary is the host path of the static corral binary.
 	AgentBinary string
+	// InitBinary is the host path of corral-init (see Spec.InitBinary);
+	// empty runs the agent as PID 1.
+	InitBinary string
+	// AgentIdleExit is Spec.AgentIdleExit of new sandboxes.
+	AgentIdleExit time.Duration
 	// DefaultImage is used when a request names none ("host" if empty).
 	DefaultImage string
 	// DefaultResources fill a request's zero resources (1 CPU, 1 GiB
@@ -264,6 +269,7 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (Re
 	}
 	spec := p.spec
 	spec.Hostname = cmp.Or(rec.Name, id)
+	spec.Warm = o.pool != ""
 	saved := spec
 	rec.Spec = &saved
 	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {

@@ -188,11 +188,13 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	spec := Spec{
 		Binds: slices.Clone(img.Binds),
 		// An empty Workdir lets each command start in its user's home.
-		Workdir:     cmp.Or(req.Workdir, img.Workdir),
-		User:        cmp.Or(req.User, img.User, "root"),
-		Resources:   res,
-		AgentBinary: m.cfg.AgentBinary,
-		HostNetwork: req.HostNetwork,
+		Workdir:       cmp.Or(req.Workdir, img.Workdir),
+		User:          cmp.Or(req.User, img.User, "root"),
+		Resources:     res,
+		AgentBinary:   m.cfg.AgentBinary,
+		InitBinary:    m.cfg.InitBinary,
+		AgentIdleExit: m.cfg.AgentIdleExit,
+		HostNetwork:   req.HostNetwork,
 	}
 	for _, k := range keys {
 		spec.Env = append(spec.Env, k+"="+env[k])

@@ -57,6 +57,17 @@ type Spec struct {
 	// AgentBinary is the host path of the static corral binary that runs as
 	// PID 1 ("corral agent") inside the sandbox, bind-mounted read-only.
 	AgentBinary string `json:"agent_binary"`
+	// InitBinary is the host path of corral-init, bind-mounted read-only
+	// and run as PID 1: it starts the agent on the first connection and
+	// again after the agent exited when idle. Empty runs the agent itself
+	// as PID 1, for the sandbox's whole life.
+	InitBinary string `json:"init_binary,omitempty"`
+	// AgentIdleExit is how long an agent under InitBinary stays without
+	// requests, commands or watchers before it exits (0 = never).
+	AgentIdleExit time.Duration `json:"agent_idle_exit,omitempty"`
+	// Warm marks a warm pool's sandbox: its agent's idle clock starts only
+	// with its first real request, after the hand-out.
+	Warm bool `json:"warm,omitempty"`
 }
 
 // Status is a sandbox's lifecycle state as the runtime sees it.

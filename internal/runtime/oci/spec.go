@@ -15,6 +15,10 @@ import (
 // AgentPath is where the agent binary is bind-mounted inside every sandbox.
 const AgentPath = "/.corral/corral"
 
+// InitPath is where corral-init, PID 1 of a box with an on-demand agent
+// (sandbox.Spec.InitBinary), is bind-mounted.
+const InitPath = "/.corral/init"
+
 // AgentListenFD is the fd number of the agent's listening socket inside the
 // sandbox: the runtime passes it with --preserve-fds 1, so it is the first fd
 // after stdio.
@@ -111,6 +115,14 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 	args := p.args
 	if len(args) == 0 {
 		args = []string{AgentPath, "agent", "--listen-fd", fmt.Sprint(AgentListenFD)}
+		if s.InitBinary != "" {
+			// corral-init is PID 1 and starts the agent on demand, with
+			// the same listening socket as fd 3.
+			args = append([]string{InitPath}, append(args, "--under-init", "--idle-exit", s.AgentIdleExit.String())...)
+			if s.Warm {
+				args = append(args, "--warm")
+			}
+		}
 		// The sandbox's defaults for every command.
 		if s.Workdir != "" {
 			args = append(args, "--workdir", s.Workdir)
@@ -147,6 +159,12 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		{Destination: AgentPath, Type: "bind", Source: s.AgentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	if s.InitBinary != "" {
+		if !path.IsAbs(s.InitBinary) {
+			return nil, fmt.Errorf("init binary %q is not an absolute path: %w", s.InitBinary, errdefs.ErrInvalidArgument)
+		}
+		mounts = append(mounts, specs.Mount{Destination: InitPath, Type: "bind", Source: s.InitBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	for _, b := range s.Binds {
 		if !path.IsAbs(b.Source) || !path.IsAbs(b.Target) || path.Clean(b.Target) == "/" {

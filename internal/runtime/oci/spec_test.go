@@ -4,10 +4,12 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/corral-sandbox/corral/internal/network"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
@@ -116,6 +118,19 @@ func TestBuildSpecVariants(t *testing.T) {
 		{"rw bind", func(p *specParams) { p.spec.Binds[0].Readonly = false }, func(s *specs.Spec) bool {
 			return slices.Contains(s.Mounts[len(s.Mounts)-1].Options, "rw")
 		}},
+		{"on-demand agent", func(p *specParams) {
+			p.spec.InitBinary, p.spec.AgentIdleExit, p.spec.User = "/var/lib/corral/agent/corral-init-x", 30*time.Second, "app"
+		}, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{InitPath, AgentPath, "agent", "--listen-fd", "3", "--under-init", "--idle-exit", "30s", "--user", "app"}) &&
+				slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool {
+					return m.Destination == InitPath && m.Source == "/var/lib/corral/agent/corral-init-x" && slices.Contains(m.Options, "ro")
+				})
+		}},
+		{"on-demand agent of a pool box", func(p *specParams) {
+			p.spec.InitBinary, p.spec.Warm = "/i", true
+		}, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{InitPath, AgentPath, "agent", "--listen-fd", "3", "--under-init", "--idle-exit", "0s", "--warm"})
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,6 +155,7 @@ func TestBuildSpecInvalid(t *testing.T) {
 		{"relative workdir", func(p *specParams) { p.spec.Workdir = "work" }},
 		{"no agent", func(p *specParams) { p.spec.AgentBinary = "" }},
 		{"relative agent", func(p *specParams) { p.spec.AgentBinary = "corral" }},
+		{"relative init", func(p *specParams) { p.spec.InitBinary = "corral-init" }},
 		{"bind on root", func(p *specParams) { p.spec.Binds[0].Target = "/" }},
 		{"relative bind", func(p *specParams) { p.spec.Binds[0].Source = "usr" }},
 	}
@@ -213,5 +229,14 @@ func TestBuildSpecHostNetwork(t *testing.T) {
 		if i >= 0 && sp.Linux.Namespaces[i].Path != netns {
 			t.Errorf("network namespace path = %q; want %q", sp.Linux.Namespaces[i].Path, netns)
 		}
+	}
+}
+
+// TestAgentPathShared keeps the egress proxy's idea of where the agent is
+// mounted (it tells the agent from the commands by that file) equal to
+// the mount.
+func TestAgentPathShared(t *testing.T) {
+	if network.AgentPath != AgentPath {
+		t.Errorf("network.AgentPath = %q, oci.AgentPath = %q", network.AgentPath, AgentPath)
 	}
 }
