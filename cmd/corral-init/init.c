@@ -9,8 +9,9 @@
  * Usage: corral-init AGENT [ARG...]
  *
  * It inherits the box's listening agent socket as fd 3 (made by the daemon
- * in the box's network namespace). While no agent runs, it waits for a
- * connection on that socket; when one is pending it starts AGENT with ARGs,
+ * in the box's network namespace). It starts a first agent at once; after
+ * that, while no agent runs, it waits for a connection on that socket, and
+ * when one is pending it starts AGENT with ARGs,
  * fd 3 (the same listening socket; the connection is still queued there)
  * and fd 4, a memfd that outlives each agent and keeps its state (the
  * command defaults a warm pool's hand-out sets). The agent serves, and
@@ -183,6 +184,15 @@ int main(int argc, char **argv) {
 	if (sfd < 0) {
 		say("signalfd: %s", strerror(errno));
 		return 1;
+	}
+
+	/* The first agent starts at once, not on the first connection: it
+	 * then starts while the daemon still wires the box up (network, CA),
+	 * which keeps about 5 ms off every create. It exits when idle like
+	 * any other. */
+	if (spawn(argv + 1, state) < 0) {
+		say("start the agent: %s", strerror(errno));
+		backoff_until = now_ms() + BACKOFF_MS;
 	}
 
 	for (;;) {
