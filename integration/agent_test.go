@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -138,20 +137,7 @@ func TestAgentIdleExit(t *testing.T) {
 	// A pool box handed out with its own environment: the environment
 	// holds after its agent exited and a new one started.
 	d.must("pool", "set", "busybox", "--size", "1")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var pools []struct {
-			Ready int `json:"ready"`
-		}
-		_ = json.Unmarshal([]byte(d.must("pool", "ls", "--json")), &pools)
-		if len(pools) == 1 && pools[0].Ready == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool not ready: %+v", pools)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	d.waitPoolReady(1)
 	first := id
 	id = d.create("--image", "busybox", "--env", "CORRAL_IT=from-hand-out")
 	if log := readFile(d.logFile); !strings.Contains(log, "sandbox="+id) || !regexp.MustCompile(`sandbox=`+id+`.*from_pool=true`).MatchString(log) {
@@ -166,9 +152,6 @@ func TestAgentIdleExit(t *testing.T) {
 	}
 	d.must("pool", "rm", "busybox")
 	d.must("rm", "-f", id, first)
-	deadline = time.Now().Add(20 * time.Second)
-	for len(d.leftovers()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	d.waitLeftoversGone(20 * time.Second)
 	d.requireNoLeftovers()
 }

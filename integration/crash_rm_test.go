@@ -150,15 +150,12 @@ func TestDaemonKilledMidRemove(t *testing.T) {
 			}
 			// Nothing of the box survives: a removal cut short is finished by
 			// the restart or by the second rm.
-			deadline := time.Now().Add(5 * time.Second)
-			for len(d.leftovers()) > 0 && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
+			d.waitLeftoversGone(5 * time.Second)
 			// Processes of the box are gone. The box's PID 1 is a child of
 			// the host's init (the runtime detaches it), so it may stay a
 			// zombie until that init reaps it: it holds no resource, and it
 			// is not the daemon's to reap.
-			deadline = time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(5 * time.Second)
 			for _, p := range procs {
 				for {
 					stat := readFile(filepath.Join("/proc", itoa(p.pid), "stat"))

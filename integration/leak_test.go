@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // leftovers lists what sandboxes of d still own on the host: mounts under
@@ -120,6 +121,15 @@ func (base netState) newSince() []string {
 		}
 	}
 	return found
+}
+
+// waitLeftoversGone waits up to timeout for what removed sandboxes leave
+// while the kernel and the daemon finish (see leftovers) to go.
+func (d *daemon) waitLeftoversGone(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for len(d.leftovers()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // requireNoLeftovers fails the test when anything of a sandbox remains.

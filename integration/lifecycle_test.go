@@ -313,27 +313,31 @@ func TestForkMemoryState(t *testing.T) {
 	d.requireNoLeftovers()
 }
 
+// waitPoolReady waits (up to 30 s) until the daemon's one warm pool has at
+// least n ready boxes.
+func (d *daemon) waitPoolReady(n int) {
+	d.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pools []struct {
+			Image string `json:"image"`
+			Ready int    `json:"ready"`
+		}
+		_ = json.Unmarshal([]byte(d.must("pool", "ls", "--json")), &pools)
+		if len(pools) == 1 && pools[0].Ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("pool not ready with %d boxes: %+v", n, pools)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestWarmPool(t *testing.T) {
 	d := startDaemon(t)
 	d.must("pool", "set", "busybox", "--size", "2", "--memory", "48m")
-	waitReady := func(n int) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var pools []struct {
-				Image string `json:"image"`
-				Ready int    `json:"ready"`
-			}
-			_ = json.Unmarshal([]byte(d.must("pool", "ls", "--json")), &pools)
-			if len(pools) == 1 && pools[0].Ready >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pool not ready with %d boxes: %+v", n, pools)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	waitReady(2)
+	d.waitPoolReady(2)
 	if out := d.must("ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("pooled boxes are listed: %q", out)
 	}
@@ -350,13 +354,10 @@ func TestWarmPool(t *testing.T) {
 	if exitCode(err) != 137 || !strings.Contains(errOut, "out of memory") {
 		t.Errorf("memory hog in pooled box: exit %d, stderr %q", exitCode(err), errOut)
 	}
-	waitReady(2) // refilled
+	d.waitPoolReady(2) // refilled
 	d.must("rm", id)
 	d.must("pool", "rm", "busybox", "--memory", "48m")
-	deadline := time.Now().Add(20 * time.Second)
-	for len(d.leftovers()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	d.waitLeftoversGone(20 * time.Second)
 	d.requireNoLeftovers()
 }
 
