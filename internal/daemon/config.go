@@ -72,6 +72,9 @@ type Config struct {
 	// the root's file system cannot reflink), "off", or the path of that
 	// volume's image file; see overlay.Config.DiskVolume.
 	DiskVolume string `toml:"disk_volume"`
+	// DiskFlush makes a sandbox's fsync reach the host's disk; off, disks
+	// are mounted nobarrier (see overlay.Config.DiskFlush).
+	DiskFlush bool `toml:"disk_flush"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
 	// DebianMirror is the mirror `corral image bootstrap` uses; empty means

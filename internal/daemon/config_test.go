@@ -46,6 +46,8 @@ pids = 256
 		{"agent idle exit off", "version = 1\nagent_idle_exit = \"0\"\n", ""},
 		{"agent idle exit bad", "version = 1\nagent_idle_exit = \"soon\"\n", "agent_idle_exit \"soon\" must be a duration"},
 		{"agent idle exit negative", "version = 1\nagent_idle_exit = \"-1s\"\n", "agent_idle_exit"},
+		{"disk flush", "version = 1\ndisk_flush = true\n", ""},
+		{"disk flush not a bool", "version = 1\ndisk_flush = \"yes\"\n", "DiskFlush of type bool"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +75,12 @@ pids = 256
 	}
 	if d := DefaultConfig().agentIdleExit(); d != 30*time.Second {
 		t.Errorf("default agent idle exit %v, want 30s", d)
+	}
+	if DefaultConfig().DiskFlush {
+		t.Errorf("default disk_flush = true; want false (disks mounted nobarrier)")
+	}
+	if cfg, err := LoadConfig(write("version = 1\ndisk_flush = true\n")); err != nil || !cfg.DiskFlush {
+		t.Errorf("LoadConfig(disk_flush = true) = %v, %v; want DiskFlush", cfg.DiskFlush, err)
 	}
 	if d := (Config{AgentIdleExit: "0"}).agentIdleExit(); d != 0 {
 		t.Errorf("agent_idle_exit 0 = %v, want 0 (never)", d)

@@ -96,6 +96,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	ocfg.DefaultDiskBytes = cfg.Resources.DiskBytes
 	ocfg.PoolSize = cfg.DiskPoolSize
 	ocfg.DiskVolume = cfg.DiskVolume
+	ocfg.DiskFlush = cfg.DiskFlush
 	if err := ocfg.Validate(); err != nil {
 		return nil, err
 	}

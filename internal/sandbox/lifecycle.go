@@ -15,7 +15,9 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/mount"
@@ -288,7 +290,12 @@ func (m *Manager) suspend(ctx context.Context, b *box, rec Record, req SuspendRe
 			log.G(ctx).Error("checkpoint failed and stopped the sandbox: keeping its file system", "error", err)
 			sus.Memory = false
 		} else {
-			if err := os.WriteFile(filepath.Join(dir, completeMarker), nil, 0o600); err != nil {
+			// The marker says the checkpoint is whole: its images go to
+			// the host's disk first, and the marker with them.
+			if err := flushDir(dir); err != nil {
+				log.G(ctx).Error("flush the checkpoint to disk: a host crash may lose it", "error", err)
+			}
+			if err := atomicfile.WriteDurable(filepath.Join(dir, completeMarker), nil, 0o600); err != nil {
 				return back(fmt.Errorf("suspend %s: %w", rec.ID, err))
 			}
 			sus.MemoryBytes = dirSize(dir)
@@ -316,6 +323,12 @@ func (m *Manager) suspend(ctx context.Context, b *box, rec Record, req SuspendRe
 	if err := rt.Delete(ctx, rec.ID); err != nil {
 		// The processes are gone; what is left is retried by rm or resume.
 		log.G(ctx).Error("delete suspended sandbox from runtime", "error", err)
+	} else if f, ok := m.cfg.Layers.(DiskFlusher); ok {
+		// A suspended box's files must survive a host crash, which a
+		// running box's need not (its disk is mounted without flushes).
+		if err := f.FlushDisk(ctx, rec.ID); err != nil {
+			log.G(ctx).Error("flush the suspended sandbox's disk: a host crash may lose its last writes", "error", err)
+		}
 	}
 	sus.Time = time.Now().UTC().Truncate(time.Millisecond)
 	rec.State, rec.Suspended = StateSuspended, sus
@@ -729,4 +742,28 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// flushDir flushes the regular files directly in dir, then dir itself, to
+// the host's disk.
+func flushDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("flush %s: %w", f.Name(), err)
+		}
+	}
+	return atomicfile.SyncDir(dir)
 }

@@ -233,6 +233,9 @@ func TestSuspendResumeMemory(t *testing.T) {
 	if !exists(filepath.Join(dir, sandboxtest.CheckpointFile)) || !exists(filepath.Join(dir, "corral-complete")) {
 		t.Errorf("checkpoint dir %s lacks the checkpoint or its completion marker", dir)
 	}
+	if f := env.Layers.Flushed(); !slices.Equal(f, []string{rec.ID}) {
+		t.Errorf("disks flushed = %v; want the suspended box's (%s), once", f, rec.ID)
+	}
 	if d := env.DroppedConns(); !slices.Contains(d, rec.AgentAddr) {
 		t.Errorf("DropAgentConns calls = %v; want %s (before the checkpoint)", d, rec.AgentAddr)
 	}
@@ -340,6 +343,9 @@ func TestSuspendFilesystemOnly(t *testing.T) {
 	}
 	if exists(checkpointDir(env, rec.ID)) {
 		t.Errorf("filesystem-only suspend made a checkpoint dir")
+	}
+	if f := env.Layers.Flushed(); !slices.Equal(f, []string{rec.ID}) {
+		t.Errorf("disks flushed = %v; want the suspended box's (%s)", f, rec.ID)
 	}
 
 	got, err = m.Resume(ctx, "fs")

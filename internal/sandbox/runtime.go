@@ -96,6 +96,16 @@ type LayerMounter interface {
 	Mounts(ctx context.Context, key string) ([]mount.Mount, error)
 }
 
+// DiskFlusher is implemented by layer stores whose writable layers' disks
+// are not flushed to the host's disk while mounted (see the overlay store's
+// DiskFlush): Suspend flushes a suspended sandbox's disk, which must
+// outlive the box.
+type DiskFlusher interface {
+	// FlushDisk makes what was written to writable layer key's disk
+	// durable on the host's disk. The disk must be unmounted.
+	FlushDisk(ctx context.Context, key string) error
+}
+
 // DiskSaver is implemented by layer stores that can keep a writable layer's
 // disk as a named, read-only saved disk (a snapshot), cheaply: a reflink
 // clone where the file system allows it (constant time), a sparse copy

@@ -222,6 +222,9 @@ type LayerStore struct {
 	active map[string]*layer
 	// disks are the saved disks by name; guarded by mu.
 	disks map[string]*savedDisk
+	// flushed are the keys FlushDisk was called with, in order; guarded
+	// by mu.
+	flushed []string
 }
 
 // layer is a writable layer of the fake LayerStore.
@@ -242,6 +245,7 @@ var (
 	_ sandbox.LayerLister  = (*LayerStore)(nil)
 	_ sandbox.LayerMounter = (*LayerStore)(nil)
 	_ sandbox.DiskSaver    = (*LayerStore)(nil)
+	_ sandbox.DiskFlusher  = (*LayerStore)(nil)
 )
 
 // initLocked makes the maps; the caller holds l.mu.
@@ -339,6 +343,24 @@ func (l *LayerStore) Mounts(ctx context.Context, key string) ([]mount.Mount, err
 		return nil, fmt.Errorf("layer %s: %w", key, errdefs.ErrNotFound)
 	}
 	return layerMounts(key, ly.parent), nil
+}
+
+// FlushDisk implements sandbox.DiskFlusher: it records key.
+func (l *LayerStore) FlushDisk(ctx context.Context, key string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.active[key]; !ok {
+		return fmt.Errorf("layer %s: %w", key, errdefs.ErrNotFound)
+	}
+	l.flushed = append(l.flushed, key)
+	return nil
+}
+
+// Flushed returns the keys FlushDisk was called with, in order.
+func (l *LayerStore) Flushed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.flushed)
 }
 
 // SaveDisk implements sandbox.DiskSaver: the saved disk gets a copy of

@@ -197,7 +197,7 @@ func New(root string, opts ...Opt) (_ *Store, retErr error) {
 		_ = os.RemoveAll(s.path("templates"))
 	}
 	s.reflink = canReflink(filepath.Join(s.disks, "tmp"))
-	log.G(ctx).Info("overlay disk store", "dir", s.disks, "reflink", s.reflink, "volume", s.vol != nil)
+	log.G(ctx).Info("overlay disk store", "dir", s.disks, "reflink", s.reflink, "volume", s.vol != nil, "flush", s.opts.diskFlush)
 	if err := s.loadPool(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -276,5 +277,89 @@ func BenchmarkPrepareMountRemove(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// superOptions returns the file system options of the mount at target in
+// /proc/self/mountinfo, or fails.
+func superOptions(t testing.TB, target string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[4] != target {
+			continue
+		}
+		_, post, ok := strings.Cut(l, " - ")
+		if pf := strings.Fields(post); ok && len(pf) >= 3 {
+			return strings.Split(pf[2], ",")
+		}
+	}
+	t.Fatalf("%s is not in /proc/self/mountinfo", target)
+	return nil
+}
+
+// TestDiskFlush checks that disks are mounted nobarrier unless
+// WithDiskFlush is set, and that a write synced with syncfs reaches the
+// image either way (what fork, snapshot and suspend copy).
+func TestDiskFlush(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := testutil.Context(t)
+	for _, flush := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flush=%v", flush), func(t *testing.T) {
+			s, err := New(t.TempDir(), WithDefaultDiskBytes(16<<20), WithPoolSize(0), WithDiskFlush(flush))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			ms, err := s.Prepare(ctx, "sb", "", sandbox.PrepareOpts{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := mountRoot(t, ms)
+			mounted := true
+			t.Cleanup(func() {
+				if mounted {
+					unmountRoot(t, ms, root)
+				}
+				_ = s.Remove(ctx, "sb")
+			})
+			opts := superOptions(t, ms[0].Target)
+			if got := slices.Contains(opts, "nobarrier"); got == flush {
+				t.Errorf("disk options %v: nobarrier = %v; want %v", opts, got, !flush)
+			}
+			const marker = "written-before-syncfs-0123456789"
+			if err := os.WriteFile(filepath.Join(root, "f"), []byte(marker), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := unix.Open(ms[0].Target, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = unix.Syncfs(fd)
+			unix.Close(fd)
+			if err != nil {
+				t.Fatalf("syncfs = %v", err)
+			}
+			// Read the image file itself, as a copy of it would.
+			img, err := os.ReadFile(ms[0].Source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(img), marker) {
+				t.Errorf("the disk image does not hold data written before syncfs")
+			}
+			unmountRoot(t, ms, root)
+			mounted = false
+			if err := s.FlushDisk(ctx, "sb"); err != nil {
+				t.Errorf("FlushDisk(sb) = %v", err)
+			}
+			if err := s.FlushDisk(ctx, "missing"); !errdefs.IsNotFound(err) {
+				t.Errorf("FlushDisk(missing) = %v; want NotFound", err)
+			}
+		})
 	}
 }
