@@ -114,6 +114,18 @@ func TestAgentIdleExit(t *testing.T) {
 	}
 	waitProcs(1, "idle again")
 
+	// A daemon restart keeps the idle box without starting an agent in it
+	// (recovery sees corral-init run); the next request starts one.
+	d.kill()
+	d.start()
+	if n := len(d.cgroupPids(id)); n != 1 {
+		t.Errorf("idle box after a daemon restart: %d processes, want 1 (recovery must not start its agent)", n)
+	}
+	if got := strings.TrimSpace(d.must("exec", id, "--", "echo", "after restart")); got != "after restart" {
+		t.Errorf("exec after a daemon restart: %q", got)
+	}
+	waitProcs(1, "idle after the restart")
+
 	// An idle box (corral-init alone) suspends with its memory and
 	// resumes; the next request starts an agent in it.
 	d.must("exec", id, "--", "sh", "-c", "echo kept > /root/f")

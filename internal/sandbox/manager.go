@@ -666,7 +666,8 @@ func (m *Manager) stopTimerLocked(b *box) {
 
 // Recover is called once at daemon start, before serving. It keeps every
 // recorded sandbox whose runtime reports it running and whose agent answers
-// within RecoverReadyTimeout (re-arming its timeout), and removes the others
+// within RecoverReadyTimeout, or whose PID 1 is corral-init (it starts an
+// agent on demand; see alive), re-arming its timeout, and removes the others
 // completely. Then it removes what no record owns: runtime sandboxes (from
 // runtimes that are Listers) and writable layers (when the layer store is a
 // LayerLister).
@@ -881,6 +882,13 @@ func (m *Manager) alive(ctx context.Context, rec Record) string {
 	}
 	if st.Status != StatusRunning {
 		return "runtime status " + string(st.Status)
+	}
+	if rec.Spec != nil && rec.Spec.InitBinary != "" {
+		// PID 1 is corral-init, alive: it holds the agent's socket and
+		// starts an agent for the next request. Asking an agent here
+		// would start one in every idle box at each daemon restart (1000
+		// boxes: 1000 agents, ~3 GiB, for agent_idle_exit).
+		return ""
 	}
 	rctx, cancel := context.WithTimeout(ctx, RecoverReadyTimeout)
 	defer cancel()

@@ -298,10 +298,13 @@ func TestRecover(t *testing.T) {
 	put(sandbox.Record{ID: "aaaaaaaaaaa7", State: sandbox.StateRunning, Deadline: time.Now().Add(-time.Second)}, sandbox.StatusRunning)
 	put(sandbox.Record{ID: "aaaaaaaaaaa8", State: sandbox.StateRunning, Deadline: time.Now().Add(30 * time.Millisecond)}, sandbox.StatusRunning)
 	put(sandbox.Record{ID: "aaaaaaaaaaa9", State: sandbox.StateRunning, Ephemeral: true}, sandbox.StatusRunning) // a build step's
-	env.Runtime.Put("bbbbbbbbbbb1", sandboxtest.Box{Status: sandbox.StatusRunning})                              // orphan
-	env.Layers.Put("bbbbbbbbbbb2", "host-layer")                                                                 // orphan
+	// Under corral-init, a running PID 1 is enough: asking the agent would
+	// start one in every box.
+	put(sandbox.Record{ID: "aaaaaaaaaaab", State: sandbox.StateRunning, Spec: &sandbox.Spec{InitBinary: "/x/corral-init"}}, sandbox.StatusRunning)
+	env.Runtime.Put("bbbbbbbbbbb1", sandboxtest.Box{Status: sandbox.StatusRunning}) // orphan
+	env.Layers.Put("bbbbbbbbbbb2", "host-layer")                                    // orphan
 	env.ReadyFn = func(_ context.Context, addr string) error {
-		if strings.HasSuffix(addr, "aaaaaaaaaaa5") {
+		if strings.HasSuffix(addr, "aaaaaaaaaaa5") || strings.HasSuffix(addr, "aaaaaaaaaaab") {
 			return errors.New("connection refused")
 		}
 		return nil
@@ -310,7 +313,7 @@ func TestRecover(t *testing.T) {
 	if err := m.Recover(ctx); err != nil {
 		t.Fatalf("Recover() = %v", err)
 	}
-	want := "[aaaaaaaaaaa1 aaaaaaaaaaa8]"
+	want := "[aaaaaaaaaaa1 aaaaaaaaaaa8 aaaaaaaaaaab]"
 	if got := fmt.Sprint(env.Runtime.IDs()); got != want {
 		t.Errorf("runtime sandboxes after Recover = %s; want %s", got, want)
 	}
@@ -334,8 +337,8 @@ func TestRecover(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	m.Close()
-	if got := fmt.Sprint(env.Store.IDs()); got != "[aaaaaaaaaaa1]" {
-		t.Errorf("records after timeout = %s; want [aaaaaaaaaaa1]", got)
+	if got := fmt.Sprint(env.Store.IDs()); got != "[aaaaaaaaaaa1 aaaaaaaaaaab]" {
+		t.Errorf("records after timeout = %s; want [aaaaaaaaaaa1 aaaaaaaaaaab]", got)
 	}
 }
 
