@@ -45,6 +45,10 @@ func newIdleClock(after time.Duration, armed bool, busy func() bool, stop func()
 // box's idle clock.
 const warmUpHeader = "Corral-Warm-Up"
 
+// stoppingHeader marks the 503 of a stopping agent, which the daemon's
+// proxy retries (agentclient.StoppingHeader).
+const stoppingHeader = "Corral-Agent-Stopping"
+
 // wrap counts h's requests in flight. onArm runs (outside the lock) when a
 // warm agent's first real request arms the clock.
 func (c *idleClock) wrap(h http.Handler, onArm func()) http.Handler {
@@ -53,6 +57,7 @@ func (c *idleClock) wrap(h http.Handler, onArm func()) http.Handler {
 		ok, armed := c.begin(warmUp)
 		if !ok {
 			w.Header().Set("Retry-After", "0")
+			w.Header().Set(stoppingHeader, "1")
 			writeJSONError(w, http.StatusServiceUnavailable, errors.New("the agent is stopping after being idle: retry, and a new one starts"))
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/agentclient"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,8 +106,10 @@ func TestIdleClock(t *testing.T) {
 		if n := armedBy.Load(); n != 1 {
 			t.Errorf("onArm ran %d times, want 1", n)
 		}
-		if code := do(http.MethodGet, "/health", false); code != http.StatusServiceUnavailable {
-			t.Errorf("request after stop: %d, want 503", code)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/process.Process/Start", nil))
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(stoppingHeader) == "" {
+			t.Errorf("request after stop: %d, %s %q; want 503 with %s (the daemon retries it)", rec.Code, stoppingHeader, rec.Header().Get(stoppingHeader), stoppingHeader)
 		}
 	})
 
@@ -185,5 +188,13 @@ func TestStateFile(t *testing.T) {
 	var none *stateFile
 	if err := none.update(func(st *agentState) { st.Used = true }); err != nil || none.get().Used {
 		t.Error("nil state")
+	}
+}
+
+// TestHeaderNames keeps the agent's copies of the header names equal to
+// the daemon's (the agent does not import agentclient).
+func TestHeaderNames(t *testing.T) {
+	if warmUpHeader != agentclient.WarmUpHeader || stoppingHeader != agentclient.StoppingHeader {
+		t.Errorf("agent headers %q, %q; daemon's %q, %q", warmUpHeader, stoppingHeader, agentclient.WarmUpHeader, agentclient.StoppingHeader)
 	}
 }

@@ -33,6 +33,13 @@ import (
 // and used. The agent reads it as warmUpHeader.
 const WarmUpHeader = "Corral-Warm-Up"
 
+// StoppingHeader is set on the 503 an agent under corral-init answers
+// while it exits after being idle: it did nothing with the request, and
+// the next connection starts a new agent, so the request can be sent
+// again. The agent has its own copy of the name (it imports nothing of
+// the daemon's); a test keeps the two equal.
+const StoppingHeader = "Corral-Agent-Stopping"
+
 // unixBaseURL is the URL base used for unix-socket agents; the host part is
 // ignored by the dialer.
 const unixBaseURL = "http://agent"

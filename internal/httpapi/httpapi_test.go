@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/agentclient"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
 	"github.com/corral-sandbox/corral/internal/testutil"
@@ -31,6 +33,9 @@ type fixture struct {
 	agentReqs chan string
 	// release lets the fake agent's stream send its last chunk.
 	release chan struct{}
+	// stopping is how many more requests the fake agent answers as an
+	// agent that exits after being idle (503, agentclient.StoppingHeader).
+	stopping atomic.Int32
 }
 
 // newFixture starts the API on a real Manager with sandboxtest's fakes;
@@ -45,6 +50,13 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 		body, _ := io.ReadAll(r.Body)
 		f.agentReqs <- fmt.Sprintf("%s %s %s?%s auth=%q sbx=%q body=%q", r.Proto, r.Method, r.URL.Path, r.URL.RawQuery,
 			r.Header.Get("Authorization"), r.Header.Get(SandboxIDHeader), body)
+		if f.stopping.Load() > 0 {
+			f.stopping.Add(-1)
+			w.Header().Set(agentclient.StoppingHeader, "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "stopping")
+			return
+		}
 		if r.URL.Path == "/stream" {
 			fmt.Fprintln(w, "first")
 			w.(http.Flusher).Flush()
@@ -277,6 +289,52 @@ func TestProxy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProxyRetriesStoppingAgent checks that a request that reached an
+// agent exiting after being idle is sent again, body and all, and that a
+// client stream or an agent that never stops stopping gets the 503.
+func TestProxyRetriesStoppingAgent(t *testing.T) {
+	f := newFixture(t, "")
+	if code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"idle"}`); code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	drain := func() []string {
+		var got []string
+		for {
+			select {
+			case r := <-f.agentReqs:
+				got = append(got, r)
+			default:
+				return got
+			}
+		}
+	}
+	want := `HTTP/2.0 POST /process.Process/Start? auth="" sbx="" body="{\"cmd\":\"true\"}"`
+
+	f.stopping.Store(2)
+	code, body := f.do(t, "POST", "/v1/sandboxes/idle/agent/process.Process/Start", `{"cmd":"true"}`)
+	if code != 200 || body != "agent ok" {
+		t.Errorf("Start through two stopping agents = %d %q; want 200 from the third", code, body)
+	}
+	if got := drain(); len(got) != 3 || got[0] != want || got[2] != want {
+		t.Errorf("agent requests = %q; want the same request 3 times", got)
+	}
+
+	// A client stream cannot be sent again.
+	f.stopping.Store(1)
+	code, _ = f.do(t, "POST", "/v1/sandboxes/idle/agent"+streamInputPath, "chunk")
+	if got := drain(); code != 503 || len(got) != 1 {
+		t.Errorf("StreamInput to a stopping agent = %d after %d requests; want 503 after 1", code, len(got))
+	}
+
+	// Retries are bounded.
+	f.stopping.Store(100)
+	code, _ = f.do(t, "GET", "/v1/sandboxes/idle/agent/health", "")
+	if got := drain(); code != 503 || len(got) != stoppingRetries+1 {
+		t.Errorf("GET to an agent that keeps stopping = %d after %d requests; want 503 after %d", code, len(got), stoppingRetries+1)
+	}
+	f.stopping.Store(0)
 }
 
 func TestProxyAgentDown(t *testing.T) {

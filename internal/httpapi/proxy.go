@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -177,7 +179,7 @@ func newAgentProxy(m *sandbox.Manager, dial DialFunc) *agentProxy {
 			}
 			pr.Out.Header.Del(SandboxIDHeader)
 		},
-		Transport:     tr,
+		Transport:     retryStopping{tr},
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			t, _ := r.Context().Value(targetKey{}).(target)
@@ -211,11 +213,90 @@ func (p *agentProxy) serve(w http.ResponseWriter, r *http.Request, idOrName, pat
 		writeError(r.Context(), w, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition))
 		return
 	}
+	if err := replayable(r, path); err != nil {
+		writeError(r.Context(), w, err)
+		return
+	}
 	// The request is activity from its start (EnsureRunning) to its end.
 	p.busy.begin(rec.ID)
 	defer p.busy.end(rec.ID)
 	ctx := context.WithValue(r.Context(), targetKey{}, target{id: rec.ID, path: path})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// maxReplayBody is the largest request body the proxy keeps, so that it
+// can send the request again to a new agent when the one it reached was
+// stopping after being idle (see retryStopping).
+const maxReplayBody = 1 << 20
+
+// streamInputPath is the one agent RPC whose request body is a stream
+// that ends only when the client is done with it.
+const streamInputPath = "/process.Process/StreamInput"
+
+// replayable reads r's body whole first, when it is at most maxReplayBody
+// and not a client stream, and gives r a GetBody, so that retryStopping
+// can send it again. A larger body streams through as it comes (its
+// request is not retried).
+func replayable(r *http.Request, path string) error {
+	if r.Body == nil || r.Body == http.NoBody || path == streamInputPath || r.ContentLength > maxReplayBody {
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, maxReplayBody+1))
+	if err != nil {
+		return fmt.Errorf("read request body: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if len(buf) > maxReplayBody {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+		return nil
+	}
+	r.Body.Close()
+	r.ContentLength = int64(len(buf))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	r.Body, _ = r.GetBody()
+	return nil
+}
+
+// stoppingRetries is how many times retryStopping sends a request again.
+const stoppingRetries = 5
+
+// retryStopping sends a request again when the agent answered 503 with
+// agentclient.StoppingHeader: it was exiting after being idle and did
+// nothing with the request; the next connection reaches a new agent that
+// corral-init starts. A request whose body cannot be sent again (no
+// GetBody: a client stream or a large upload) gets the 503. The retries
+// are bounded, so an agent that says it stops forever costs ~60 ms.
+type retryStopping struct{ base http.RoundTripper }
+
+func (t retryStopping) RoundTrip(req *http.Request) (*http.Response, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := t.base.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(agentclient.StoppingHeader) == "" || attempt > stoppingRetries {
+			return resp, err
+		}
+		if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		log.G(req.Context()).Debug("agent stopping: sending the request again", "host", req.URL.Host, "attempt", attempt)
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(time.Duration(attempt) * 2 * time.Millisecond):
+		}
+		next := req.Clone(req.Context())
+		if req.GetBody != nil {
+			b, err := req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			next.Body = b
+		}
+		req = next
+	}
 }
 
 type warmKey struct{}
