@@ -276,7 +276,7 @@ func (r *Runtime) runCRIU(ctx context.Context, id, conf, logPath string, extra [
 	}
 	defer os.Remove(out.Name())
 	defer out.Close()
-	cmd := exec.Command(r.binary, append([]string{"--root", r.cfg.StateDir, "--log", filepath.Join(r.Dir(id), runtimeLog)}, args...)...)
+	cmd := r.command(context.Background(), append([]string{"--root", r.cfg.StateDir, "--log", filepath.Join(r.Dir(id), runtimeLog)}, args...)...)
 	cmd.Env = append(os.Environ(), "CRIU_CONFIG_FILE="+conf)
 	cmd.ExtraFiles = extra
 	cmd.Stdout, cmd.Stderr = out, out

@@ -78,6 +78,7 @@ const (
 type Runtime struct {
 	cfg         Config
 	binary      string   // absolute path of the OCI runtime
+	sealed      *os.File // a sealed copy of binary, run instead; nil if none
 	processArgs []string // PID 1 command line; nil means the agent
 	ns          *nsThread
 	swap        bool   // the host accounts swap
@@ -118,7 +119,14 @@ func New(cfg Config, opts ...Opt) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
+	if r.sealed, err = sealedCopy(bin); err != nil {
+		// Still works: the runtime clones itself on every run.
+		log.G(context.Background()).Warn("oci runtime: no sealed copy, running it from disk", "binary", bin, "error", err)
+	}
 	if r.ns, err = newNSThread(); err != nil {
+		if r.sealed != nil {
+			r.sealed.Close()
+		}
 		return nil, err
 	}
 	return r, nil
@@ -157,6 +165,11 @@ func (r *Runtime) Close() error {
 	}
 	r.mu.Unlock()
 	r.ns.close()
+	// After the thread: every run of the runtime starts on it, so none
+	// can still be about to exec the copy.
+	if r.sealed != nil {
+		r.sealed.Close()
+	}
 	return nil
 }
 
@@ -364,7 +377,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	rlog := filepath.Join(dir, runtimeLog)
 	pid := filepath.Join(dir, pidFile)
 	_ = os.Remove(pid)
-	cmd := exec.Command(r.binary, "--root", r.cfg.StateDir, "--log", rlog,
+	cmd := r.command(context.WithoutCancel(ctx), "--root", r.cfg.StateDir, "--log", rlog,
 		"run", "--detach", "--preserve-fds", "1", "--pid-file", pid, "--bundle", filepath.Join(dir, bundleDir), id)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{l}
@@ -443,7 +456,7 @@ func (r *Runtime) runtimeDelete(ctx context.Context, id string) error {
 			return nil
 		}
 	}
-	cmd := exec.CommandContext(ctx, r.binary, "--root", r.cfg.StateDir, "delete", "--force", id)
+	cmd := r.command(ctx, "--root", r.cfg.StateDir, "delete", "--force", id)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := r.ns.Do(cmd.Start); err != nil {
@@ -793,7 +806,7 @@ func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 // top, used by `corral bench` as the baseline. The runtime removes the
 // container when its process exits.
 func (r *Runtime) RunRaw(ctx context.Context, bundle, id string) error {
-	cmd := exec.CommandContext(ctx, r.binary, "--root", r.cfg.StateDir, "run", "--bundle", bundle, id)
+	cmd := r.command(ctx, "--root", r.cfg.StateDir, "run", "--bundle", bundle, id)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := r.ns.Do(cmd.Start); err != nil {
