@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -175,12 +176,31 @@ func LoadConfig(path string) (Config, error) {
 		if errors.As(err, &strict) {
 			return cfg, fmt.Errorf("config %s: unknown keys:\n%s: %w", path, strict.String(), errdefs.ErrInvalidArgument)
 		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) && len(de.Key()) > 0 {
+			row, _ := de.Position()
+			return cfg, fmt.Errorf("config %s: line %d: %s: %s: %w", path, row, strings.Join(de.Key(), "."), typeMismatch(de.Error()), errdefs.ErrInvalidArgument)
+		}
 		return cfg, fmt.Errorf("config %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// typeMismatchRE matches go-toml's message for a value of the wrong type,
+// which names the Go field: "cannot decode TOML string into struct field
+// daemon.Config.DiskFlush of type bool".
+var typeMismatchRE = regexp.MustCompile(`cannot decode TOML (\w+) into .* of type (\S+)$`)
+
+// typeMismatch says msg in the file's terms ("got a string, want bool") when it
+// is go-toml's type mismatch, else returns it whole.
+func typeMismatch(msg string) string {
+	if m := typeMismatchRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("got a %s, want %s", m[1], m[2])
+	}
+	return strings.TrimPrefix(msg, "toml: ")
 }
 
 // Validate checks cfg.

@@ -47,7 +47,8 @@ pids = 256
 		{"agent idle exit bad", "version = 1\nagent_idle_exit = \"soon\"\n", "agent_idle_exit \"soon\" must be a duration"},
 		{"agent idle exit negative", "version = 1\nagent_idle_exit = \"-1s\"\n", "agent_idle_exit"},
 		{"disk flush", "version = 1\ndisk_flush = true\n", ""},
-		{"disk flush not a bool", "version = 1\ndisk_flush = \"yes\"\n", "DiskFlush of type bool"},
+		{"disk flush not a bool", "version = 1\ndisk_flush = \"yes\"\n", "line 2: disk_flush: got a string, want bool"},
+		{"nested type", "version = 1\n[resources]\npids = \"many\"\n", "line 3: resources.pids: got a string, want int64"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
