@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Write replaces name with data, mode perm. Nothing is flushed to disk: a
@@ -68,6 +69,20 @@ func temp(dir, pattern string, data []byte, perm fs.FileMode, durable bool) (str
 		return "", err
 	}
 	return tmp, nil
+}
+
+// Sync flushes the file or directory p (not followed if it is a symlink)
+// to disk.
+func Sync(p string) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", p, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", p, err)
+	}
+	return nil
 }
 
 // SyncDir flushes the directory entries of dir (a rename or a link made in

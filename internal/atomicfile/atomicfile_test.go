@@ -66,3 +66,26 @@ func TestTempFile(t *testing.T) {
 		t.Error("SyncDir of a missing directory: no error")
 	}
 }
+
+func TestSync(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f, dir} {
+		if err := Sync(p); err != nil {
+			t.Errorf("Sync(%s) = %v", p, err)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(f, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Sync(link); err == nil {
+		t.Error("Sync(symlink) = nil; want an error (not followed)")
+	}
+	if err := Sync(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Sync(missing) = %v; want an error naming it", err)
+	}
+}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/cleanup"
@@ -755,14 +754,8 @@ func flushDir(dir string) error {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
+		if err := atomicfile.Sync(filepath.Join(dir, e.Name())); err != nil {
 			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("flush %s: %w", f.Name(), err)
 		}
 	}
 	return atomicfile.SyncDir(dir)

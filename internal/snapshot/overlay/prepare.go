@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/cleanup"
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/log"
@@ -597,23 +598,10 @@ func (s *Store) FlushDisk(ctx context.Context, key string) error {
 	}
 	img := s.diskImage(key, m)
 	for _, p := range []string{img, filepath.Dir(img), s.path("active", key, "meta.json"), s.path("active", key)} {
-		if err := fsyncPath(p); err != nil {
+		if err := atomicfile.Sync(p); err != nil {
 			return fmt.Errorf("flush disk of %s: %w", key, err)
 		}
 	}
 	log.G(ctx).Debug("disk flushed", "layer", key)
-	return nil
-}
-
-// fsyncPath flushes the file or directory p (not followed if a symlink).
-func fsyncPath(p string) error {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: p, Err: err}
-	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		return &fs.PathError{Op: "fsync", Path: p, Err: err}
-	}
 	return nil
 }
