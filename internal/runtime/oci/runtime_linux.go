@@ -119,7 +119,7 @@ func New(cfg Config, opts ...Opt) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
-	if r.sealed, err = sealedCopy(bin); err != nil {
+	if err := r.useSealedCopy(); err != nil {
 		// Still works: the runtime clones itself on every run.
 		log.G(context.Background()).Warn("oci runtime: no sealed copy, running it from disk", "binary", bin, "error", err)
 	}

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,6 +54,26 @@ func sealedCopy(path string) (*os.File, error) {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
 	return f, nil
+}
+
+// useSealedCopy makes the sealed copy of the runtime's binary and checks
+// that it runs (`--version`): a host may forbid executing memfds
+// (vm.memfd_noexec, a security module). On any failure it leaves r.sealed
+// nil, so the runtime runs from disk, and returns why.
+func (r *Runtime) useSealedCopy() error {
+	f, err := sealedCopy(r.binary)
+	if err != nil {
+		return err
+	}
+	r.sealed = f
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := r.command(ctx, "--version").CombinedOutput(); err != nil {
+		r.sealed = nil
+		f.Close()
+		return fmt.Errorf("run the sealed copy: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // command returns the command running the OCI runtime with args, from its

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -43,5 +44,21 @@ func TestSealedCopy(t *testing.T) {
 				t.Errorf("sealed %s --version = %q, %v; the binary says %q, %v", bin, out, err, direct, derr)
 			}
 		})
+	}
+}
+
+// TestSealedCopyFallback checks that a copy that cannot run is dropped:
+// the runtime then runs its binary from disk.
+func TestSealedCopyFallback(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(data, []byte("plain data, no ELF header\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runtime{binary: data}
+	if err := r.useSealedCopy(); err == nil || r.sealed != nil {
+		t.Fatalf("useSealedCopy(data file) = %v, sealed %v; want an error and no copy", err, r.sealed)
+	}
+	if got := r.command(context.Background(), "x").Path; got != data {
+		t.Errorf("command path without a copy = %q; want the binary %q", got, data)
 	}
 }
