@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -419,5 +421,53 @@ func TestDeleteWithDamagedMountRecord(t *testing.T) {
 	}
 	if len(left) > 0 {
 		t.Fatalf("mounts left after Delete: %q", left)
+	}
+}
+
+// TestDeleteKillsStrayProcess checks that Delete kills a process in the
+// box's cgroups that is not in its pid namespace (such as what a restore
+// cut short leaves) and still removes the cgroups.
+func TestDeleteKillsStrayProcess(t *testing.T) {
+	ctx := testutil.Context(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sleep", "1000000"))
+	id := runtimetest.ID(t)
+	if err := r.Create(ctx, id, testSpec(t, defaultResources)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Delete(context.WithoutCancel(ctx), id) })
+	if err := r.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	stray := exec.Command("sleep", "1000")
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stray.Process.Kill() })
+	dirs, err := cgroups.Dirs(cgroups.Root, r.CgroupPath(id))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("cgroup dirs = %v, %v", dirs, err)
+	}
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(stray.Process.Pid)), 0); err != nil {
+			t.Fatalf("move the stray process into %s: %v", d, err)
+		}
+	}
+	if err := r.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete = %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- stray.Wait() }()
+	select {
+	case err := <-waited:
+		if ws, ok := stray.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("stray process ended with %v; want killed by SIGKILL", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stray process still runs after Delete")
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("cgroup %s after Delete: %v; want it gone", d, err)
+		}
 	}
 }

@@ -633,9 +633,15 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.removeNetNS(r.netnsPath(id)); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
-	r.killCgroup(id)
-	if err := r.removeCgroup(ctx, id); err != nil {
-		return fmt.Errorf("delete %s: %w", id, err)
+	// Usually every process is gone with PID 1 (they lived in its pid
+	// namespace) and one rmdir per hierarchy does. Only a cgroup that
+	// still holds processes, which no pid file leads to (a restore cut
+	// short), is walked for them.
+	if err := cgroups.Remove(cgroups.Root, r.CgroupPath(id)); err != nil {
+		r.killCgroup(id)
+		if err := r.removeCgroup(ctx, id); err != nil {
+			return fmt.Errorf("delete %s: %w", id, err)
+		}
 	}
 	// The host's view never holds the rootfs mounts (they live in the
 	// runtime thread's namespace), and unmountAll checked they are gone
