@@ -742,8 +742,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 		for _, e := range ents {
 			if !owned[e.Name()] {
 				log.G(ctx).Info("recover: removing orphan checkpoint", "checkpoint", e.Name())
-				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-					return fmt.Errorf("recover: remove orphan checkpoint: %w", err)
+				if err := removeSettled(ctx, filepath.Join(dir, e.Name()), orphanCheckpointWait); err != nil {
+					// Not worth refusing to start over: the next start
+					// tries again.
+					log.G(ctx).Error("recover: orphan checkpoint left", "checkpoint", e.Name(), "error", err)
+					continue
 				}
 				orphans++
 			}
@@ -751,6 +754,26 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	log.G(ctx).Info("recovered sandboxes", "kept", kept, "removed", removed, "orphans_removed", orphans)
 	return nil
+}
+
+// orphanCheckpointWait bounds how long recovery keeps removing an orphan
+// checkpoint that something still writes into.
+const orphanCheckpointWait = 10 * time.Second
+
+// removeSettled removes dir like os.RemoveAll, trying again for up to wait
+// while it fails: a checkpoint that a killed daemon started may still be
+// written by its CRIU (killed in the instant between its start and the
+// record of its process group, recovery cannot end it), which adds files
+// as they are removed ("directory not empty"). Such a CRIU ends by itself.
+func removeSettled(ctx context.Context, dir string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := os.RemoveAll(dir)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // recoverOne decides the fate of recorded sandbox rec at daemon start and
