@@ -73,28 +73,21 @@ func temp(dir, pattern string, data []byte, perm fs.FileMode, durable bool) (str
 
 // Sync flushes the file or directory p (not followed if it is a symlink)
 // to disk.
-func Sync(p string) error {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+func Sync(p string) error { return syncPath(p, syscall.O_NOFOLLOW) }
+
+// SyncDir flushes the directory entries of dir (a rename or a link made in
+// it) to disk.
+func SyncDir(dir string) error { return syncPath(dir, 0) }
+
+// syncPath opens p read-only with the extra open flags and fsyncs it.
+func syncPath(p string, flags int) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", p, err)
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", p, err)
-	}
-	return nil
-}
-
-// SyncDir flushes the directory entries of dir (a rename or a link made in
-// it) to disk.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
