@@ -103,6 +103,10 @@ func TestAgentIdleExit(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// A new box starts idle: create does not start its agent.
+	if n := len(d.cgroupPids(id)); n != 1 {
+		t.Errorf("new box: %d processes, want 1 (corral-init; the agent starts with the first request)", n)
+	}
 	waitProcs(1, "idle box")
 	if got := strings.TrimSpace(d.must("exec", id, "--", "sh", "-c", "echo $$ $PPID")); got == "" {
 		t.Fatal("no output from a new agent")

@@ -6,16 +6,20 @@
  * it never needs a new thread, so a fork bomb that uses up the box's pids
  * cannot kill it.
  *
- * Usage: corral-init AGENT [ARG...]
+ * Usage: corral-init [--start] AGENT [ARG...]
  *
  * It inherits the box's listening agent socket as fd 3 (made by the daemon
- * in the box's network namespace). It starts a first agent at once; after
- * that, while no agent runs, it waits for a connection on that socket, and
- * when one is pending it starts AGENT with ARGs,
+ * in the box's network namespace). While no agent runs, it waits for a
+ * connection on that socket, and when one is pending it starts AGENT with
+ * ARGs,
  * fd 3 (the same listening socket; the connection is still queued there)
  * and fd 4, a memfd that outlives each agent and keeps its state (the
  * command defaults a warm pool's hand-out sets). The agent serves, and
- * exits by itself once idle; the next connection starts a new one.
+ * exits by itself once idle; the next connection starts a new one. A new
+ * box thus starts with no agent at all: a box that is created and removed
+ * without a request never pays for one. With --start the first agent starts
+ * at once instead, for a box whose creation needs it (the daemon then wires
+ * the box's network while it starts).
  *
  * It reaps every orphan of the box. SIGTERM or SIGINT stops the box: the
  * agent (if any) gets SIGTERM and up to STOP_WAIT_MS to stop its commands,
@@ -156,8 +160,13 @@ static void stop(int sfd) {
 }
 
 int main(int argc, char **argv) {
+	int start = argc > 1 && strcmp(argv[1], "--start") == 0;
+	if (start) {
+		argv++;
+		argc--;
+	}
 	if (argc < 2) {
-		say("usage: corral-init AGENT [ARG...] (with a listening socket as fd 3)");
+		say("usage: corral-init [--start] AGENT [ARG...] (with a listening socket as fd 3)");
 		return 2;
 	}
 	int acc = 0;
@@ -186,11 +195,10 @@ int main(int argc, char **argv) {
 		return 1;
 	}
 
-	/* The first agent starts at once, not on the first connection: it
-	 * then starts while the daemon still wires the box up (network, CA),
-	 * which keeps about 5 ms off every create. It exits when idle like
-	 * any other. */
-	if (spawn(argv + 1, state) < 0) {
+	/* With --start the first agent starts at once, not on the first
+	 * connection: it then starts while the daemon still wires the box up
+	 * (network, CA). It exits when idle like any other. */
+	if (start && spawn(argv + 1, state) < 0) {
 		say("start the agent: %s", strerror(errno));
 		backoff_until = now_ms() + BACKOFF_MS;
 	}

@@ -270,6 +270,9 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (Re
 	spec := p.spec
 	spec.Hostname = cmp.Or(rec.Name, id)
 	spec.Warm = o.pool != ""
+	// A box with a network may need its agent to install its CA
+	// certificate: corral-init then starts it while the network is wired.
+	spec.StartAgent = spec.InitBinary != "" && rec.Network != nil
 	saved := spec
 	rec.Spec = &saved
 	if err := m.cfg.Store.PutSandbox(ctx, &rec); err != nil {
@@ -328,13 +331,19 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (Re
 		}
 		phase("network")
 	}
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
-	err := m.cfg.AgentReady(rctx, rec.AgentAddr)
-	cancel()
-	if err != nil {
-		return Record{}, fmt.Errorf("wait for agent: %w", err)
+	// Under corral-init the box is ready once PID 1 runs: the agent starts
+	// on the first request (a box created and removed without one never
+	// pays for an agent). The daemon waits for it only when it needs it
+	// now, or when the agent is PID 1.
+	if spec.InitBinary == "" || caPEM != nil {
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+		err := m.cfg.AgentReady(rctx, rec.AgentAddr)
+		cancel()
+		if err != nil {
+			return Record{}, fmt.Errorf("wait for agent: %w", err)
+		}
+		phase("agent_ready")
 	}
-	phase("agent_ready")
 	if caPEM != nil && m.cfg.InstallCA != nil {
 		if err := m.cfg.InstallCA(ctx, rec.AgentAddr, caPEM); err != nil {
 			return Record{}, fmt.Errorf("install the sandbox's CA certificate: %w", err)

@@ -7,11 +7,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+	"github.com/corral-sandbox/corral/internal/network"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
 	"github.com/corral-sandbox/corral/internal/testutil"
@@ -460,5 +463,54 @@ func TestCommit(t *testing.T) {
 	called := false
 	if err := m.Commit(ctx, rec.ID, func(context.Context, string) error { called = true; return nil }); !errors.Is(err, boom) || called {
 		t.Errorf("Commit with a failing runtime = %v (hook called %v); want boom and no hook", err, called)
+	}
+}
+
+// TestCreateUnderInitLeavesAgentIdle: under corral-init a new box is ready
+// once PID 1 runs; the daemon asks for the agent only when it needs it (to
+// install a CA certificate), and then has corral-init start it at once.
+func TestCreateUnderInitLeavesAgentIdle(t *testing.T) {
+	ctx := testutil.Context(t)
+	var readies, installs atomic.Int32
+	ready := error(nil)
+	env, m := newLifecycle(t, func(cfg *sandbox.ManagerConfig) {
+		cfg.InitBinary = "/x/corral-init"
+		cfg.Network = &sandboxtest.Networker{CA: []byte("pem")}
+		cfg.AgentReady = func(context.Context, string) error { readies.Add(1); return ready }
+		cfg.InstallCA = func(context.Context, string, []byte) error { installs.Add(1); return nil }
+		cfg.ReadyTimeout = 50 * time.Millisecond
+	})
+	spec := func(id string) sandbox.Spec {
+		t.Helper()
+		b, ok := env.Runtime.Get(id)
+		if !ok {
+			t.Fatalf("sandbox %s is not in the runtime", id)
+		}
+		return b.Spec
+	}
+
+	plain := mustCreate(t, m, sandbox.CreateRequest{})
+	if n := readies.Load(); n != 0 {
+		t.Errorf("AgentReady calls for a box without network = %d; want 0", n)
+	}
+	if s := spec(plain.ID); s.StartAgent || s.InitBinary == "" {
+		t.Errorf("spec of a box without network: StartAgent %v, InitBinary %q; want false and set", s.StartAgent, s.InitBinary)
+	}
+
+	netted := mustCreate(t, m, sandbox.CreateRequest{Network: &network.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"example.com"}}})
+	if r, i := readies.Load(), installs.Load(); r != 1 || i != 1 {
+		t.Errorf("box with a CA: AgentReady calls %d, InstallCA calls %d; want 1 and 1", r, i)
+	}
+	if s := spec(netted.ID); !s.StartAgent {
+		t.Errorf("spec of a box with a network: StartAgent false; want true")
+	}
+
+	// An agent that does not come up fails only the create that needs it.
+	ready = errors.New("boom")
+	if _, err := m.Create(ctx, sandbox.CreateRequest{Network: &network.Settings{Mode: netpolicy.ModeFull}}); err == nil || !strings.Contains(err.Error(), "wait for agent") {
+		t.Errorf("Create(network) with the agent failing = %v; want a wait-for-agent error", err)
+	}
+	if _, err := m.Create(ctx, sandbox.CreateRequest{}); err != nil {
+		t.Errorf("Create() with the agent failing = %v; want nil (the agent starts on the first request)", err)
 	}
 }

@@ -62,6 +62,11 @@ type Spec struct {
 	// again after the agent exited when idle. Empty runs the agent itself
 	// as PID 1, for the sandbox's whole life.
 	InitBinary string `json:"init_binary,omitempty"`
+	// StartAgent makes corral-init start the first agent at once rather
+	// than on the first connection: for a sandbox whose creation talks to
+	// its agent (to install its CA certificate), so that the agent starts
+	// while the daemon wires the network.
+	StartAgent bool `json:"start_agent,omitempty"`
 	// AgentIdleExit is how long an agent under InitBinary stays without
 	// requests, commands or watchers before it exits (0 = never).
 	AgentIdleExit time.Duration `json:"agent_idle_exit,omitempty"`

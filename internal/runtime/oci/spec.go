@@ -118,7 +118,11 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 		if s.InitBinary != "" {
 			// corral-init is PID 1 and starts the agent on demand, with
 			// the same listening socket as fd 3.
-			args = append([]string{InitPath}, append(args, "--under-init", "--idle-exit", s.AgentIdleExit.String())...)
+			init := []string{InitPath}
+			if s.StartAgent {
+				init = append(init, "--start")
+			}
+			args = append(init, append(args, "--under-init", "--idle-exit", s.AgentIdleExit.String())...)
 			if s.Warm {
 				args = append(args, "--warm")
 			}

@@ -131,6 +131,14 @@ func TestBuildSpecVariants(t *testing.T) {
 		}, func(s *specs.Spec) bool {
 			return slices.Equal(s.Process.Args, []string{InitPath, AgentPath, "agent", "--listen-fd", "3", "--under-init", "--idle-exit", "0s", "--warm"})
 		}},
+		{"on-demand agent started at once", func(p *specParams) {
+			p.spec.InitBinary, p.spec.StartAgent = "/i", true
+		}, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{InitPath, "--start", AgentPath, "agent", "--listen-fd", "3", "--under-init", "--idle-exit", "0s"})
+		}},
+		{"start ignored without init", func(p *specParams) { p.spec.StartAgent = true }, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{AgentPath, "agent", "--listen-fd", "3"})
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

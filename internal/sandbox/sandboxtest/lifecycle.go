@@ -206,6 +206,10 @@ func (s *SnapshotStore) AddSnapshot(ctx context.Context, img sandbox.Image) erro
 // Networker is an in-memory sandbox.Networker that records the settings
 // each box is attached with. Wire it with cfg.Network = n.
 type Networker struct {
+	// CA is the CA certificate Prepare returns (nil: none, as for a box
+	// without secrets).
+	CA []byte
+
 	mu sync.Mutex
 	// attached holds the settings of attached boxes; prepared the boxes
 	// prepared and not purged. Guarded by mu.
@@ -215,7 +219,7 @@ type Networker struct {
 
 var _ sandbox.Networker = (*Networker)(nil)
 
-// Prepare implements sandbox.Networker; it makes no CA.
+// Prepare implements sandbox.Networker; it returns n.CA.
 func (n *Networker) Prepare(id string, set network.Settings) ([]byte, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -223,7 +227,7 @@ func (n *Networker) Prepare(id string, set network.Settings) ([]byte, error) {
 		n.prepared = map[string]bool{}
 	}
 	n.prepared[id] = true
-	return nil, nil
+	return n.CA, nil
 }
 
 // Attach implements sandbox.Networker.
