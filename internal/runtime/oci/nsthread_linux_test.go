@@ -1,10 +1,13 @@
 package oci
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -88,5 +91,104 @@ func TestRunTmpfs(t *testing.T) {
 	}
 	if err := unix.Statfs(run, &st); err != nil || st.Type == unix.TMPFS_MAGIC {
 		t.Errorf("the host's %s became a tmpfs (%v)", run, err)
+	}
+}
+
+// TestNSThreads checks that the runtime's threads share one mount namespace
+// that is not the host's, run requests at the same time, and refuse
+// requests once closed.
+func TestNSThreads(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ns, err := newNSThread()
+	if err != nil {
+		t.Fatalf("newNSThread() = %v", err)
+	}
+	defer ns.close()
+	host, err := os.Readlink("/proc/thread-self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// nsThreads requests that each wait for all the others run only when
+	// every thread takes one; each reports its thread and namespace.
+	type seen struct {
+		tid int
+		mnt string
+	}
+	var arrived sync.WaitGroup
+	arrived.Add(nsThreads)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	results := make(chan seen, nsThreads)
+	errs := make(chan error, nsThreads)
+	for range nsThreads {
+		go func() {
+			errs <- ns.Do(func() error {
+				arrived.Done()
+				select {
+				case <-all:
+				case <-time.After(10 * time.Second):
+					return errors.New("the other requests did not run meanwhile")
+				}
+				mnt, err := os.Readlink("/proc/thread-self/ns/mnt")
+				results <- seen{unix.Gettid(), mnt}
+				return err
+			})
+		}()
+	}
+	tids := map[int]bool{}
+	var mnts []string
+	for range nsThreads {
+		if err := <-errs; err != nil {
+			t.Fatalf("Do() = %v", err)
+		}
+		r := <-results
+		tids[r.tid] = true
+		mnts = append(mnts, r.mnt)
+	}
+	if len(tids) != nsThreads {
+		t.Errorf("requests ran on %d threads; want %d", len(tids), nsThreads)
+	}
+	for _, m := range mnts {
+		if m != mnts[0] || m == host {
+			t.Errorf("mount namespaces of the threads = %v (host %s); want one, not the host's", mnts, host)
+			break
+		}
+	}
+
+	// A mount made on one thread is seen from every other.
+	dir := t.TempDir()
+	if err := ns.Do(func() error { return unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m") }); err != nil {
+		t.Fatal(err)
+	}
+	arrived.Add(nsThreads)
+	all2 := make(chan struct{})
+	go func() { arrived.Wait(); close(all2) }()
+	for range nsThreads {
+		go func() {
+			errs <- ns.Do(func() error {
+				arrived.Done()
+				<-all2
+				var st unix.Statfs_t
+				if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+					return fmt.Errorf("thread %d does not see the tmpfs at %s (%v)", unix.Gettid(), dir, err)
+				}
+				return nil
+			})
+		}()
+	}
+	for range nsThreads {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type == unix.TMPFS_MAGIC {
+		t.Errorf("the host sees the namespace's tmpfs at %s (%v)", dir, err)
+	}
+
+	ns.close()
+	if err := ns.Do(func() error { return nil }); !errors.Is(err, errClosed) {
+		t.Errorf("Do() after close = %v; want errClosed", err)
 	}
 }
