@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/log"
@@ -285,16 +286,21 @@ func (r *Runtime) runCRIU(ctx context.Context, id, conf, logPath string, extra [
 	if inCgroup && cgroups.DetectMode(cgroups.Root) == cgroups.Legacy {
 		start = func() error { return r.startInCgroup(cmd, r.CgroupPath(id)) }
 	}
+	// A daemon killed from now on leaves the runtime and CRIU running; the
+	// next one finds their group through this file and ends it
+	// (stopStrayCRIU). Until the group is known the file says so, and
+	// the next daemon looks for the group by the runtime's command line.
+	groupFile := filepath.Join(r.Dir(id), criuGroupFile)
+	if err := atomicfile.Write(groupFile, []byte(criuStarting+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	defer os.Remove(groupFile)
 	if err := start(); err != nil {
 		return "", err
 	}
-	// A daemon killed now leaves the runtime and CRIU running; the next
-	// one finds their group here and ends it (stopStrayCRIU).
-	groupFile := filepath.Join(r.Dir(id), criuGroupFile)
 	if st, err := procStartTime(cmd.Process.Pid); err == nil {
-		_ = os.WriteFile(groupFile, []byte(fmt.Sprintf("%d %d\n", cmd.Process.Pid, st)), 0o600)
+		_ = atomicfile.Write(groupFile, []byte(fmt.Sprintf("%d %d\n", cmd.Process.Pid, st)), 0o600)
 	}
-	defer os.Remove(groupFile)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(criuTimeout)
@@ -330,22 +336,42 @@ wait:
 }
 
 // criuGroupFile, in the sandbox's runtime directory, holds the process
-// group id and start time of a checkpoint or restore in flight.
+// group id and start time of a checkpoint or restore in flight, or
+// criuStarting while it starts.
 const criuGroupFile = "criu.group"
 
-// EndStray implements sandbox.Checkpointer: see stopStrayCRIU.
+// criuStarting is criuGroupFile's content before the group is known.
+const criuStarting = "starting"
+
+// strayWait is how long EndStray lets a stray checkpoint or restore run
+// to its end before it kills it; a variable for tests.
+var strayWait = 10 * time.Second
+
+// EndStray implements sandbox.Checkpointer: it lets a stray checkpoint or
+// restore end by itself, for up to strayWait, then kills it (see
+// stopStrayCRIU).
+//
+// Why wait: a CRIU that ends normally leaves the box's processes as it
+// found them (a dump that leaves them running detaches from them, a failed
+// one resumes them). Killed in the middle, it can leave them stopped for a
+// tracer that is gone, for good: a box whose every request hangs (seen
+// when the daemon died during "fork --memory-state" on a loaded machine:
+// the agent and PID 1 stuck in ptrace_stop after a breakpoint of CRIU's
+// injected code, with no tracer). The box is kept or removed by recovery
+// as usual afterwards; what the stray CRIU wrote is an orphan checkpoint.
 func (r *Runtime) EndStray(ctx context.Context, id string) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
 	}
-	return r.stopStrayCRIU(id)
+	return r.stopStrayCRIU(id, strayWait)
 }
 
-// stopStrayCRIU kills the process group of a checkpoint or restore that a
-// previous daemon started and did not see end (it was killed), and waits
-// for the group to be gone. Such a CRIU may hold the box's processes
-// seized or frozen, so that they could not be killed or thawed.
-func (r *Runtime) stopStrayCRIU(id string) error {
+// stopStrayCRIU ends the process group of a checkpoint or restore that a
+// previous daemon started and did not see end (it was killed): it waits up
+// to wait for the group to exit, then kills it and waits for it to be
+// gone. Such a CRIU may hold the box's processes seized or frozen, so that
+// they could not be killed or thawed.
+func (r *Runtime) stopStrayCRIU(id string, wait time.Duration) error {
 	groupFile := filepath.Join(r.Dir(id), criuGroupFile)
 	b, err := os.ReadFile(groupFile)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -355,11 +381,24 @@ func (r *Runtime) stopStrayCRIU(id string) error {
 	}
 	var pid int
 	var start uint64
-	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err == nil && pid > 1 {
+	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil || pid <= 1 {
+		// Killed while the runtime started: find its group, if it
+		// started, by the sandbox directory on its command line.
+		if pid = r.runtimeGroup(id); pid > 1 {
+			start, err = procStartTime(pid)
+			if err != nil {
+				pid = 0
+			}
+		}
+	}
+	if pid > 1 {
 		// The start time tells the group's leader from a process that
 		// reused its pid; a leader that is gone may still have left
 		// members (CRIU), which the group id still reaches.
 		if st, err := procStartTime(pid); err != nil || st == start {
+			for deadline := time.Now().Add(wait); groupAlive(pid) && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			_ = unix.Kill(-pid, unix.SIGKILL)
 			for deadline := time.Now().Add(killTimeout); groupAlive(pid); {
 				if time.Now().After(deadline) {
@@ -370,6 +409,34 @@ func (r *Runtime) stopStrayCRIU(id string) error {
 		}
 	}
 	return os.Remove(groupFile)
+}
+
+// runtimeGroup returns the process group of a runtime process whose
+// command line names sandbox id's directory (its --log), or 0. A runtime
+// started for a checkpoint or restore leads its own group, with CRIU in it.
+func (r *Runtime) runtimeGroup(id string) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := []byte(r.Dir(id) + "/")
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !bytes.Contains(cmdline, want) {
+			continue
+		}
+		if f, err := procStat(pid); err == nil && len(f) > 2 {
+			if pgid, err := strconv.Atoi(f[2]); err == nil && pgid == pid {
+				return pgid
+			}
+		}
+	}
+	return 0
 }
 
 // groupAlive reports whether process group pgid has a member that is not

@@ -997,9 +997,11 @@ func checkpointAndRestore(t *testing.T, r *Runtime, id string, spec *sandbox.Spe
 }
 
 // TestEndStray checks that the group of a checkpoint left by a killed
-// daemon is ended, members included, and that a pid reused by another
-// process is left alone.
+// daemon is let finish, or ended once strayWait is over, members included,
+// and that a pid reused by another process is left alone.
 func TestEndStray(t *testing.T) {
+	defer func(w time.Duration) { strayWait = w }(strayWait)
+	strayWait = 100 * time.Millisecond
 	r := &Runtime{cfg: Config{RunDir: t.TempDir()}}
 	const id = "stray"
 	if err := os.MkdirAll(r.Dir(id), 0o700); err != nil {
@@ -1089,5 +1091,59 @@ func TestEndStray(t *testing.T) {
 	}
 	if groupAlive(leader.Process.Pid) {
 		t.Error("the member of a stray group whose leader is gone is still running")
+	}
+
+	// Killed before the group was known: the file says so, and the group
+	// is found by the sandbox directory on its leader's command line.
+	write2 := func(s string) {
+		if err := os.WriteFile(group, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write2(criuStarting + "\n")
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatalf("a runtime that never started: %v", err)
+	}
+	if _, err := os.Stat(group); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("group file left: %v", err)
+	}
+	named := exec.Command("sh", "-c", "sleep 60 & wait; : --log "+filepath.Join(r.Dir(id), runtimeLog))
+	named.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := named.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = named.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-named.Process.Pid, syscall.SIGKILL) })
+	write2(criuStarting + "\n")
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if groupAlive(named.Process.Pid) {
+		t.Error("a stray group known only by its command line is still running")
+	}
+
+	// A group that ends within strayWait ends by itself, not killed.
+	strayWait = 20 * time.Second
+	done := exec.Command("sh", "-c", "sleep 0.3; exit 7")
+	done.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := done.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- done.Wait() }() // reap it, as init would
+	if st, err = procStartTime(done.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	write(done.Process.Pid, st)
+	began := time.Now()
+	if err := r.EndStray(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("EndStray waited %s for a group that ended after 0.3 s", took)
+	}
+	var ee *exec.ExitError
+	if err := <-exited; !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("a stray group that ends by itself: %v; want exit status 7, not killed", err)
 	}
 }

@@ -598,8 +598,8 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	// A checkpoint or restore left by a killed daemon may hold the
-	// processes seized or frozen.
-	if err := r.stopStrayCRIU(id); err != nil {
+	// processes seized or frozen; the box goes, so it need not finish.
+	if err := r.stopStrayCRIU(id, 0); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	// A paused box's processes must be able to exit: the v1 freezer keeps
