@@ -197,6 +197,23 @@ func TestCRIUCacheNote(t *testing.T) {
 	if note := criuCacheNote(dir); !strings.Contains(note, dir+" is not a tmpfs") {
 		t.Errorf("criuCacheNote(%s) = %q; want a note naming it", dir, note)
 	}
+	if note := runDirNote(dir); !strings.Contains(note, "run_dir "+dir+" is not a tmpfs") {
+		t.Errorf("runDirNote(%s) = %q; want a note naming it", dir, note)
+	}
+	if note := runDirNote(filepath.Join(dir, "missing")); note != "" {
+		t.Errorf("runDirNote(a missing directory) = %q; want none", note)
+	}
+}
+
+// TestRunDirNoteTmpfs: a run_dir on a tmpfs gets no note.
+func TestRunDirNoteTmpfs(t *testing.T) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Skip("/dev/shm is not a tmpfs here")
+	}
+	if note := runDirNote("/dev/shm"); note != "" {
+		t.Errorf("runDirNote(/dev/shm) = %q; want none", note)
+	}
 }
 
 // TestCheckStatic: the daemon refuses a dynamically linked agent binary
