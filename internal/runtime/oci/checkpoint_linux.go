@@ -522,21 +522,15 @@ func (r *Runtime) startInCgroup(cmd *exec.Cmd, rel string) error {
 			return fmt.Errorf("create cgroup %s: %w", filepath.Join(h, rel), err)
 		}
 	}
-	mnt, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/mnt", os.Getpid(), r.ns.tid))
+	mnt, err := os.Open(r.ns.mountNSPath())
 	if err != nil {
 		return fmt.Errorf("open the runtime thread's mount namespace: %w", err)
 	}
 	defer mnt.Close()
 	errc := make(chan error, 1)
 	osthread.Throwaway(func() {
-		// setns to a mount namespace needs a file system context of
-		// the thread's own.
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			errc <- fmt.Errorf("unshare fs: %w", err)
-			return
-		}
-		if err := unix.Setns(int(mnt.Fd()), unix.CLONE_NEWNS); err != nil {
-			errc <- fmt.Errorf("join the runtime thread's mount namespace: %w", err)
+		if err := joinMountNS(int(mnt.Fd())); err != nil {
+			errc <- err
 			return
 		}
 		tid := []byte(strconv.Itoa(unix.Gettid()))

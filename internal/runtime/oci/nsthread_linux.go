@@ -80,16 +80,14 @@ func newNSThread() (*nsThread, error) {
 	// The other threads join the first one's namespace. One that cannot
 	// (setns needs CAP_SYS_CHROOT as well) leaves fewer threads, no less
 	// isolation.
-	mnt, err := unix.Open(fmt.Sprintf("/proc/%d/task/%d/ns/mnt", os.Getpid(), t.tid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	mnt, err := unix.Open(t.mountNSPath(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		joined := make(chan struct{}, nsThreads)
 		for range nsThreads - 1 {
 			wg.Add(1)
 			osthread.Throwaway(func() {
 				defer wg.Done()
-				// setns to a mount namespace needs a file system
-				// context of the thread's own.
-				ok := unix.Unshare(unix.CLONE_FS) == nil && unix.Setns(mnt, unix.CLONE_NEWNS) == nil
+				ok := joinMountNS(mnt) == nil
 				joined <- struct{}{}
 				if ok {
 					t.serve()
@@ -106,6 +104,24 @@ func newNSThread() (*nsThread, error) {
 		close(t.done)
 	}()
 	return t, nil
+}
+
+// mountNSPath names the threads' mount namespace (the first thread's).
+func (t *nsThread) mountNSPath() string {
+	return fmt.Sprintf("/proc/%d/task/%d/ns/mnt", os.Getpid(), t.tid)
+}
+
+// joinMountNS moves the calling thread, locked and never to be unlocked,
+// into mount namespace fd. setns to a mount namespace needs a file system
+// context of the thread's own.
+func joinMountNS(fd int) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("join the runtime thread's mount namespace: %w", err)
+	}
+	return nil
 }
 
 // serve runs requests on the calling thread until close.
