@@ -770,10 +770,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 const orphanCheckpointWait = 10 * time.Second
 
 // removeSettled removes dir like os.RemoveAll, trying again for up to wait
-// while it fails: a checkpoint that a killed daemon started may still be
-// written by its CRIU (killed in the instant between its start and the
-// record of its process group, recovery cannot end it), which adds files
-// as they are removed ("directory not empty"). Such a CRIU ends by itself.
+// while it fails: something may still write into an orphan checkpoint and
+// add files as they are removed ("directory not empty"). Recovery ends the
+// CRIU of every recorded box before it gets here (Checkpointer.EndStray,
+// which since finds even one started just before the daemon died); this is
+// the safety net for a writer it could not end, which ends by itself.
 func removeSettled(ctx context.Context, dir string, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
