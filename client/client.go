@@ -212,6 +212,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 		return fmt.Errorf("decode %s %s response: %w", method, path, err)
 	}
+	// The decoder stops after the value: read the rest (a newline, the
+	// last chunk) so that the connection serves the next request.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 	return nil
 }
 

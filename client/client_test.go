@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -229,6 +232,81 @@ func TestExec(t *testing.T) {
 				t.Errorf("Exec(%q) output = %q, %q; want %q, %q", tc.cmd, out.String(), errOut.String(), tc.wantOut, tc.wantErrOut)
 			}
 		})
+	}
+}
+
+// TestConnectionReused: every call reads its response to the end, so the
+// next request goes over the same connection to the daemon. An Exec that
+// stopped reading at the end event, or a JSON response decoded without
+// reading its last chunk, left the connection half-read, and the next
+// request dialed again.
+func TestConnectionReused(t *testing.T) {
+	d := clienttest.New()
+	srv := httptest.NewUnstartedServer(d.Handler())
+	var mu sync.Mutex
+	conns := 0
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb *rest.Sandbox
+	for range 200 { // a list large enough to be sent in chunks
+		if sb, err = c.CreateSandbox(t.Context(), rest.CreateSandboxRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if l, err := c.ListSandboxes(t.Context()); err != nil || len(l) != 200 {
+			t.Fatalf("ListSandboxes = %d sandboxes, %v; want 200", len(l), err)
+		}
+	}
+	for i := range 5 {
+		var out bytes.Buffer
+		res, err := c.Sandbox(sb.ID).Exec(t.Context(), client.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: &out})
+		if err != nil || res.ExitCode != 0 || out.String() != "hi\n" {
+			t.Fatalf("Exec #%d = %+v, %q, %v; want exit 0 and %q", i, res, out.String(), err, "hi\n")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 1 {
+		t.Errorf("200 creates, 2 lists and 5 execs opened %d connections to the daemon; want 1", conns)
+	}
+}
+
+// TestExecStreamLingers: a stream that stays open after its end event
+// does not hold Exec for longer than it reads on for the stream's end.
+func TestExecStreamLingers(t *testing.T) {
+	d := clienttest.New()
+	c := newClient(t, d)
+	sb, err := c.CreateSandbox(t.Context(), rest.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.Sandbox(sb.ID).Exec(t.Context(), client.ExecOptions{Cmd: []string{"linger"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit code %d", res.ExitCode)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Exec(linger) = %v; want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Exec(linger) still waits 30 s after the end event")
 	}
 }
 

@@ -208,7 +208,7 @@ func (s *Sandbox) Exec(ctx context.Context, opts ExecOptions) (*ExecResult, erro
 			s.forwardResize(ctx, pid, opts.Resize)
 		}()
 	}
-	res, err := receiveOutput(ctx, stream, pid, opts.Stdout, opts.Stderr)
+	res, err := receiveOutput(ctx, stream, pid, opts.Stdout, opts.Stderr, cancel)
 	cancel()
 	return res, err
 }
@@ -216,12 +216,14 @@ func (s *Sandbox) Exec(ctx context.Context, opts ExecOptions) (*ExecResult, erro
 // Connect reattaches to a running command by pid (tag "") or by tag and
 // streams its further output until it ends.
 func (s *Sandbox) Connect(ctx context.Context, pid uint32, tag string, stdout, stderr io.Writer) (*ExecResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := s.proc.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: selector(pid, tag)}))
 	if err != nil {
 		return nil, fromConnect(ctx, err)
 	}
 	defer stream.Close()
-	return receiveOutput(ctx, stream, pid, stdout, stderr)
+	return receiveOutput(ctx, stream, pid, stdout, stderr, cancel)
 }
 
 // eventStream is what Start and Connect streams have in common.
@@ -231,7 +233,18 @@ type eventStream[T interface{ GetEvent() *pb.ProcessEvent }] interface {
 	Err() error
 }
 
-func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Context, stream eventStream[T], pid uint32, stdout, stderr io.Writer) (*ExecResult, error) {
+// endDrainWait bounds how long receiveOutput reads on after the end event
+// for the stream's own end.
+const endDrainWait = time.Second
+
+// receiveOutput writes the stream's output until the end event. It then
+// reads the stream to its end (the agent ends it right after the end
+// event), for at most endDrainWait before calling stop (which ends the
+// stream's context): a response read to its end leaves the connection to
+// the daemon open for the next request, where one abandoned midway makes
+// the next request dial again (about 0.1 ms and a dozen context switches
+// per exec, measured on 2 cores).
+func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Context, stream eventStream[T], pid uint32, stdout, stderr io.Writer, stop func()) (*ExecResult, error) {
 	if stdout == nil {
 		stdout = io.Discard
 	}
@@ -258,6 +271,10 @@ func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Conte
 				return &ExecResult{PID: pid, ExitCode: -1}, fmt.Errorf("write output: %w", err)
 			}
 		case ev.GetEnd() != nil:
+			t := time.AfterFunc(endDrainWait, stop)
+			for stream.Receive() {
+			}
+			t.Stop()
 			return endResult(pid, ev.GetEnd()), nil
 		}
 	}

@@ -593,7 +593,7 @@ func (p *procSvc) Start(ctx context.Context, req *connect.Request[pb.StartReques
 		return end(&pb.ProcessEvent_EndEvent{ExitCode: code, Exited: true, Status: "exit status " + strconv.Itoa(int(code))})
 	}
 	switch cfg.GetCmd() {
-	case "echo", "cat", "fail", "oom", "timeout", "big", "pty":
+	case "echo", "cat", "fail", "oom", "timeout", "big", "pty", "linger":
 	default:
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("exec: %q: executable file not found in $PATH", cfg.GetCmd()))
 	}
@@ -648,6 +648,12 @@ func (p *procSvc) Start(ctx context.Context, req *connect.Request[pb.StartReques
 			n -= int64(len(c))
 		}
 		return exit(0)
+	case "linger": // ends, then keeps the stream open until the client leaves
+		if err := exit(0); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
 	case "pty":
 		if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: []byte("tty")}}}}); err != nil {
 			return err
