@@ -36,6 +36,8 @@ type fixture struct {
 	// stopping is how many more requests the fake agent answers as an
 	// agent that exits after being idle (503, agentclient.StoppingHeader).
 	stopping atomic.Int32
+	// agentConns counts the connections the fake agent accepted.
+	agentConns atomic.Int32
 }
 
 // newFixture starts the API on a real Manager with sandboxtest's fakes;
@@ -71,6 +73,11 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	f.agent.Config.Protocols = &protos
+	f.agent.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			f.agentConns.Add(1)
+		}
+	}
 	f.agent.Start()
 	t.Cleanup(f.agent.Close)
 	f.env.Runtime.Addr = func(string) string { return "tcp://" + f.agent.Listener.Addr().String() }
@@ -335,6 +342,25 @@ func TestProxyRetriesStoppingAgent(t *testing.T) {
 		t.Errorf("GET to an agent that keeps stopping = %d after %d requests; want 503 after %d", code, len(got), stoppingRetries+1)
 	}
 	f.stopping.Store(0)
+}
+
+// TestProxyAgentConnection: requests to a sandbox share one connection to
+// its agent (the proxy keeps it open for as long as the agent does, see
+// newAgentProxy).
+func TestProxyAgentConnection(t *testing.T) {
+	f := newFixture(t, "")
+	if code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"conn"}`); code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	for range 3 {
+		if code, body := f.do(t, "GET", "/v1/sandboxes/conn/agent/health", ""); code != 200 || body != "agent ok" {
+			t.Fatalf("GET /health = %d %q; want 200 from the agent", code, body)
+		}
+		<-f.agentReqs
+	}
+	if n := f.agentConns.Load(); n != 1 {
+		t.Errorf("3 requests opened %d connections to the agent; want 1", n)
+	}
 }
 
 func TestProxyAgentDown(t *testing.T) {
