@@ -202,18 +202,13 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	defer resp.Body.Close()
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		if err == io.EOF {
-			return nil
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil && err != io.EOF {
+			return fmt.Errorf("decode %s %s response: %w", method, path, err)
 		}
-		return fmt.Errorf("decode %s %s response: %w", method, path, err)
 	}
-	// The decoder stops after the value: read the rest (a newline, the
-	// last chunk) so that the connection serves the next request.
+	// Read the rest (the decoder stops after the value, before a newline
+	// or the last chunk) so that the connection serves the next request.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 	return nil
 }
