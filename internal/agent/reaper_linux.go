@@ -54,16 +54,51 @@ func getReaper() (*reaper, error) {
 
 // start runs fn (which forks) with the dispatch lock held and registers the
 // returned pid, so an exit reaped in between waits for the registration.
+// It then watches the child's pidfd (see watch).
 func (r *reaper) start(fn func() (int, error)) (int, <-chan unix.WaitStatus, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	pid, err := fn()
 	if err != nil {
+		r.mu.Unlock()
 		return 0, nil, err
 	}
 	ch := make(chan unix.WaitStatus, 1)
 	r.waiters[pid] = ch
+	r.mu.Unlock()
+	r.watch(pid)
 	return pid, ch, nil
+}
+
+// watch reaps as soon as the child pid exits, through a pidfd that the
+// runtime's poller watches: the same wake-up that reports the end of the
+// child's output reports its exit. SIGCHLD still reaps (it covers orphans,
+// and a child whose pidfd cannot be opened), but through the signal
+// handler, the runtime's signal goroutine and os/signal's channel: on 2
+// vCPUs that path added about 0.2 ms between a command's exit and its end
+// event. Whichever reaps first dispatches; the pidfd never reaps itself, so
+// wait4 stays the one way a status is taken.
+func (r *reaper) watch(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return // already reaped (ESRCH), or no pidfd: SIGCHLD does it
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return
+	}
+	go func() {
+		defer f.Close()
+		// Read calls back until the pidfd is readable, which it is once
+		// the process exited; the runtime's poller waits in between.
+		_ = rc.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(p, 0)
+			return err != nil || n > 0
+		})
+		r.reapAll()
+	}()
 }
 
 func (r *reaper) reapAll() {

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // procStat is the part of /proc/<pid>/stat the reaper tests look at.
@@ -162,5 +165,48 @@ exit 0`, n, gate)
 			t.Fatalf("zombie children of the agent remain: %v", z)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReaperWatchesPidfd: a child's exit reaches its waiter through the
+// child's pidfd alone. The test runs again in a process of its own (this
+// test binary), where nothing handles SIGCHLD, so without the pidfd nothing
+// would reap the child and its waiter would wait forever.
+func TestReaperWatchesPidfd(t *testing.T) {
+	const childEnv = "CORRAL_TEST_REAPER_PIDFD"
+	if os.Getenv(childEnv) != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReaperWatchesPidfd$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestReaperWatchesPidfd")) {
+			t.Fatalf("in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	r := &reaper{waiters: make(map[int]chan unix.WaitStatus)}
+	for i := range 3 {
+		pid, ch, err := r.start(func() (int, error) {
+			p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", fmt.Sprintf("exit %d", 7+i)}, &os.ProcAttr{})
+			if err != nil {
+				return 0, err
+			}
+			pid := p.Pid
+			_ = p.Release()
+			return pid, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ws := <-ch:
+			if !ws.Exited() || ws.ExitStatus() != 7+i {
+				t.Errorf("child %d: wait status %#x; want exit %d", pid, uint32(ws), 7+i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("child %d: no exit dispatched 10 s after it started", pid)
+		}
+		if _, ok := readProcStat(t, pid); ok {
+			t.Errorf("child %d still exists (a zombie?) after its exit was dispatched", pid)
+		}
 	}
 }
