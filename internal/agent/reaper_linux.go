@@ -82,6 +82,16 @@ func (r *reaper) watch(pid int) {
 	if err != nil {
 		return // already reaped (ESRCH), or no pidfd: SIGCHLD does it
 	}
+	r.mu.Lock()
+	_, waiting := r.waiters[pid]
+	r.mu.Unlock()
+	if !waiting {
+		// Reaped and dispatched already: the pidfd may name a process that
+		// took the pid since (pids are handed out cyclically, so only
+		// after a wrap-around).
+		unix.Close(fd)
+		return
+	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	rc, err := f.SyscallConn()
 	if err != nil {
