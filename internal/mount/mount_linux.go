@@ -199,6 +199,29 @@ func Under(mountinfo, dir string) ([]string, error) {
 	return out, nil
 }
 
+// At reports the source and type of the topmost mount on dir in the
+// mountinfo file at path (ok is false when nothing is mounted there).
+func At(mountinfo, dir string) (source, fstype string, ok bool, err error) {
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return "", "", false, err
+	}
+	for line := range strings.Lines(string(b)) {
+		// id parent major:minor root mountpoint options [optional...] - type source superoptions
+		f := strings.Fields(line)
+		if len(f) < 5 || unescapeMountinfo(f[4]) != dir {
+			continue
+		}
+		for i := 5; i+2 < len(f); i++ {
+			if f[i] == "-" {
+				fstype, source, ok = f[i+1], unescapeMountinfo(f[i+2]), true
+				break
+			}
+		}
+	}
+	return source, fstype, ok, nil
+}
+
 // unescapeMountinfo undoes the octal escapes (\040, \011, \012, \134) the
 // kernel writes for space, tab, newline and backslash.
 func unescapeMountinfo(s string) string {

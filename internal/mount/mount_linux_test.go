@@ -31,6 +31,34 @@ func TestUnder(t *testing.T) {
 	}
 }
 
+func TestAt(t *testing.T) {
+	info := filepath.Join(t.TempDir(), "mountinfo")
+	const content = `22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+40 22 7:3 / /var/lib/corral/disks rw,relatime shared:5 - xfs /dev/loop3 rw
+41 40 7:4 / /var/lib/corral/disks rw,relatime - xfs /dev/loop4 rw
+42 22 0:33 / /srv/with\040space rw - tmpfs my\040tmpfs rw
+`
+	if err := os.WriteFile(info, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir, source, fstype string
+		ok                  bool
+	}{
+		{"/var/lib/corral/disks", "/dev/loop4", "xfs", true}, // the topmost of two mounts, past an optional field
+		{"/srv/with space", "my tmpfs", "tmpfs", true},
+		{"/var/lib/corral", "", "", false},
+	} {
+		source, fstype, ok, err := At(info, c.dir)
+		if err != nil || source != c.source || fstype != c.fstype || ok != c.ok {
+			t.Errorf("At(%q) = %q, %q, %v, %v; want %q, %q, %v", c.dir, source, fstype, ok, err, c.source, c.fstype, c.ok)
+		}
+	}
+	if _, _, _, err := At(filepath.Join(t.TempDir(), "missing"), "/"); err == nil {
+		t.Fatal("At on a missing file: want an error")
+	}
+}
+
 func TestUnescapeMountinfo(t *testing.T) {
 	for in, want := range map[string]string{
 		`/a\040b`:    "/a b",

@@ -64,7 +64,7 @@ func newMountedStore(t testing.TB, volume string, opts ...Opt) *Store {
 func testLogger(t testing.TB) Opt { return WithLogger(log.G(testutil.Context(t))) }
 
 func volumeMounted(dir string) (bool, error) {
-	_, _, ok, err := mountedAt("/proc/thread-self/mountinfo", dir)
+	_, _, ok, err := mount.At("/proc/thread-self/mountinfo", dir)
 	return ok, err
 }
 

@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +68,7 @@ func openVolume(ctx context.Context, dir, image, mkfsXFS string) (*volume, error
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	v := &volume{dir: dir, image: image}
-	src, fstype, mounted, err := mountedAt("/proc/thread-self/mountinfo", dir)
+	src, fstype, mounted, err := mount.At("/proc/thread-self/mountinfo", dir)
 	if err != nil {
 		return nil, fmt.Errorf("disk volume: %w", err)
 	}
@@ -106,7 +104,7 @@ func openVolume(ctx context.Context, dir, image, mkfsXFS string) (*volume, error
 		}
 		v.owned = true
 		loop := m.Source
-		if src, _, ok, err := mountedAt("/proc/thread-self/mountinfo", dir); err == nil && ok {
+		if src, _, ok, err := mount.At("/proc/thread-self/mountinfo", dir); err == nil && ok {
 			loop = src
 		}
 		// Direct I/O from the loop device to the image: the volume's file
@@ -222,51 +220,6 @@ func makeVolumeImage(ctx context.Context, image, mkfsXFS string) error {
 	}
 	log.G(ctx).Info("disk volume image made", "image", image, "bytes", size)
 	return nil
-}
-
-// mountedAt reports the source and type of the topmost mount on dir in the
-// mountinfo file at path.
-func mountedAt(path, dir string) (source, fstype string, ok bool, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", "", false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - type source superoptions
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != dir {
-			continue
-		}
-		for i := 5; i+2 < len(fields); i++ {
-			if fields[i] == "-" {
-				fstype, source, ok = fields[i+1], unescapeMountinfo(fields[i+2]), true
-				break
-			}
-		}
-	}
-	return source, fstype, ok, sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 and so on) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // attachedLoop returns the loop device ("/dev/loopN") whose backing file
