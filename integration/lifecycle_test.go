@@ -313,6 +313,35 @@ func TestForkMemoryState(t *testing.T) {
 	d.requireNoLeftovers()
 }
 
+// TestMemoryStateAfterDaemonRestart: a box started by an earlier daemon
+// suspends and resumes with its processes, and forks with them. The
+// daemon used to replace /etc/resolv.conf's host file at every start,
+// which left such boxes with a deleted file CRIU could not restore: the
+// resume then fell back to a fresh agent and the counter was gone.
+func TestMemoryStateAfterDaemonRestart(t *testing.T) {
+	requireCRIU(t)
+	d := startDaemon(t)
+	id := d.create("--image", "busybox", "--memory", "64m")
+	d.must("exec", "--detach", id, "--", "sh", "-c", counterScript)
+	c := d.waitCountAbove(id, 3)
+	pid := d.counterPid(id)
+	d.stop()
+	d.start()
+	d.must("suspend", id)
+	d.must("resume", id)
+	if got := d.counterPid(id); got != pid {
+		t.Fatalf("counter pid after a restart, suspend and resume = %q; want the same process %q", got, pid)
+	}
+	c = d.waitCountAbove(id, c)
+	out := strings.TrimSpace(d.must("fork", id, "--memory-state"))
+	t.Cleanup(func() { _, _, _ = d.corral("rm", "-f", out) })
+	if got := d.waitCountAbove(out, c-1); got < c {
+		t.Errorf("forked counter = %d; want ≥ %d", got, c)
+	}
+	d.must("rm", id, out)
+	d.requireNoLeftovers()
+}
+
 // waitPoolReady waits (up to 30 s) until the daemon's one warm pool has at
 // least n ready boxes.
 func (d *daemon) waitPoolReady(n int) {

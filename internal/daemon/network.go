@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,6 +18,7 @@ import (
 	"sync/atomic"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/agentclient"
 	"github.com/corral-sandbox/corral/internal/log"
@@ -135,16 +138,45 @@ func resolver(servers []string) *net.Resolver {
 // writeResolvConf writes the file every box with its own network namespace
 // gets at /etc/resolv.conf: the proxy's resolver (reached through the
 // box's redirect whatever address it is sent to).
+//
+// Boxes bind-mount this very file, so a restarted daemon keeps its inode:
+// replacing it would leave every running box with a deleted file at
+// /etc/resolv.conf, which CRIU cannot restore (a suspend, resume or fork
+// --memory-state of a box started before the restart then lost its
+// processes). An unchanged file is left alone; a changed one is rewritten
+// in place, which running boxes see too. Only a missing file is written
+// beside and renamed.
 func writeResolvConf(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err
 	}
 	p := filepath.Join(dir, "resolv.conf")
-	body := fmt.Sprintf("# written by corral: queries go to the sandbox's egress resolver\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", network.Gateway)
-	if err := os.WriteFile(p+".tmp", []byte(body), 0o644); err != nil {
+	body := []byte(fmt.Sprintf("# written by corral: queries go to the sandbox's egress resolver\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", network.Gateway))
+	f, err := os.OpenFile(p, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.WriteFile(p+".tmp", body, 0o644); err != nil {
+			return "", err
+		}
+		return p, os.Rename(p+".tmp", p)
+	case err != nil:
 		return "", err
 	}
-	return p, os.Rename(p+".tmp", p)
+	defer f.Close()
+	old, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	if bytes.Equal(old, body) {
+		return p, nil
+	}
+	if _, err := f.WriteAt(body, 0); err != nil {
+		return "", fmt.Errorf("rewrite %s: %w", p, err)
+	}
+	if err := f.Truncate(int64(len(body))); err != nil {
+		return "", fmt.Errorf("rewrite %s: %w", p, err)
+	}
+	return p, nil
 }
 
 // installCA writes a box's CA certificate through its agent: its own file
