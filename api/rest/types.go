@@ -127,9 +127,20 @@ type Sandbox struct {
 	IdleAction         string `json:"idle_action,omitempty"`
 	// Suspended describes the saved state of a suspended sandbox.
 	Suspended *Suspension `json:"suspended,omitempty"`
+	// ProcessesLost is set when a resume could not bring the saved
+	// processes back (a CRIU or kernel change since the checkpoint, a
+	// missing checkpoint) and started a fresh agent on the saved files
+	// instead; a later resume that brings them back clears it.
+	ProcessesLost *ProcessesLost `json:"processes_lost,omitempty"`
 	// Origin is the sandbox this one was forked from, or the snapshot it
 	// was created from.
 	Origin string `json:"origin,omitempty"`
+}
+
+// ProcessesLost says when and why a resume lost the saved processes.
+type ProcessesLost struct {
+	Time   time.Time `json:"time"`
+	Reason string    `json:"reason"`
 }
 
 // Suspension is the saved state of a suspended sandbox.

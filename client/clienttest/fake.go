@@ -45,7 +45,9 @@
 //	             running or paused box, resume a running, paused or
 //	             suspended one, suspend a running, paused or suspended
 //	             one); a suspend records Suspended, memory unless
-//	             filesystem_only; a request to the box's agent resumes it
+//	             filesystem_only; a resume from memory of a box in
+//	             LoseProcesses sets ProcessesLost, others clear it; a
+//	             request to the box's agent resumes it
 //	keepalive    sets Deadline to now + timeout_seconds (or the box's own)
 //	snapshot     stores an image with Source "snapshot", Origin the box's
 //	             ID and DiskBytes its disk limit (1 GiB if unset); creating
@@ -109,6 +111,11 @@ type Daemon struct {
 	Signals []string
 	// Resizes records "COLSxROWS" of Update calls; guarded by Mu.
 	Resizes []string
+	// LoseProcesses makes a resume of a sandbox suspended with memory state
+	// lose its processes, as when CRIU cannot restore them: the sandbox
+	// comes back running with ProcessesLost set to this reason (keyed by
+	// ID); guarded by Mu.
+	LoseProcesses map[string]string
 	// Requests records "METHOD path" of control-plane calls; guarded by Mu.
 	Requests []string
 	// Token, when set, is required as "Bearer Token".

@@ -60,6 +60,12 @@ func (d *Daemon) lifecycleRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
 		state(w, r, "resumed", []string{"running", "paused", "suspended"}, func(sb *rest.Sandbox) {
+			if su := sb.Suspended; su != nil && su.Memory {
+				sb.ProcessesLost = nil
+				if why, ok := d.LoseProcesses[sb.ID]; ok {
+					sb.ProcessesLost = &rest.ProcessesLost{Time: time.Now().UTC(), Reason: why}
+				}
+			}
 			sb.State, sb.Suspended = "running", nil
 		})
 	})

@@ -45,8 +45,11 @@ func (a *app) resumeCmd() *cobra.Command {
 		Short: "Bring paused or suspended sandboxes back to running",
 		Long: `Resume paused or suspended sandboxes and wait until their agent answers.
 A suspended sandbox gets its processes back where they were, or a fresh agent
-on the same files when it was suspended with --filesystem-only. exec and cp
-resume a sandbox by themselves; resume ahead of time to hide the delay.`,
+on the same files when it was suspended with --filesystem-only. When the saved
+processes cannot be brought back (CRIU or the kernel changed since), resume
+starts a fresh agent on the files, says so on stderr and records why
+(processes_lost in inspect). exec and cp resume a sandbox by themselves;
+resume ahead of time to hide the delay.`,
 		Example: `  corral resume web`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -55,8 +58,18 @@ resume a sandbox by themselves; resume ahead of time to hide the delay.`,
 				return err
 			}
 			return a.each(cmd.Context(), args, func(ctx context.Context, id string) error {
-				_, err := c.Resume(ctx, id)
-				return err
+				before, err := c.GetSandbox(ctx, id)
+				if err != nil {
+					return err
+				}
+				sb, err := c.Resume(ctx, id)
+				if err != nil {
+					return err
+				}
+				if su := before.Suspended; su != nil && su.Memory && sb.ProcessesLost != nil {
+					fmt.Fprintf(a.streams.Err, "corral: %s: resumed without its processes (%s); a fresh agent runs on its saved files\n", id, sb.ProcessesLost.Reason)
+				}
+				return nil
 			})
 		},
 	}

@@ -58,8 +58,21 @@ func TestCLIPauseSuspendResume(t *testing.T) {
 	if got := sandboxOf(t, d, id).State; got != "running" {
 		t.Errorf("after exec the sandbox is %s; want running", got)
 	}
+	// A resume that loses the processes says so on stderr, once.
+	run(t, host, "", "suspend", id)
+	d.Mu.Lock()
+	d.LoseProcesses = map[string]string{id: "criu: kernel changed"}
+	d.Mu.Unlock()
+	code, out, stderr := run(t, host, "", "resume", id)
+	if code != 0 || out != id+"\n" || !strings.Contains(stderr, id+": resumed without its processes (criu: kernel changed)") {
+		t.Errorf("resume losing processes = %d, %q, %q; want 0, the ID, and a warning", code, out, stderr)
+	}
+	run(t, host, "", "pause", id)
+	if code, _, stderr := run(t, host, "", "resume", id); code != 0 || stderr != "" {
+		t.Errorf("resume of a paused box after a lost resume = %d, stderr %q; want no warning", code, stderr)
+	}
 	// Failures name the sandbox; the others still go through.
-	code, out, stderr := run(t, host, "", "pause", "nope", "web")
+	code, out, stderr = run(t, host, "", "pause", "nope", "web")
 	if code != ExitError || out != "web\n" || !strings.Contains(stderr, "corral: nope: sandbox nope not found") {
 		t.Errorf("pause nope web = %d, %q, %q; want 1, web paused, nope reported", code, out, stderr)
 	}

@@ -351,6 +351,9 @@ func toSandbox(rec sandbox.Record) rest.Sandbox {
 	if su := rec.Suspended; su != nil {
 		sb.Suspended = &rest.Suspension{Time: su.Time, Memory: su.Memory, MemoryBytes: su.MemoryBytes}
 	}
+	if pl := rec.ProcessesLost; pl != nil {
+		sb.ProcessesLost = &rest.ProcessesLost{Time: pl.Time, Reason: pl.Reason}
+	}
 	return sb
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -177,6 +178,30 @@ func TestLifecycleRoutes(t *testing.T) {
 	}
 	if left := f.env.Empty(); left != "" {
 		t.Errorf("after removing every sandbox, left: %s", left)
+	}
+}
+
+// TestResumeReportsLostProcesses: a resume that cannot restore the saved
+// processes answers running with processes_lost and its reason, which GET
+// shows too.
+func TestResumeReportsLostProcesses(t *testing.T) {
+	f := newLifeFixture(t)
+	sb := f.create(t, `{}`)
+	if code, body := f.do(t, "POST", "/v1/sandboxes/"+sb.ID+"/suspend", "{}"); code != 200 {
+		t.Fatalf("suspend = %d %s", code, body)
+	}
+	f.env.Runtime.RestoreFn = func(context.Context, string, *sandbox.Spec, string) error {
+		return errors.New("criu: kernel changed")
+	}
+	for _, req := range [][2]string{{"POST", "/v1/sandboxes/" + sb.ID + "/resume"}, {"GET", "/v1/sandboxes/" + sb.ID}} {
+		code, body := f.do(t, req[0], req[1], "")
+		var got rest.Sandbox
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+			t.Fatalf("%s %s = %d %s", req[0], req[1], code, body)
+		}
+		if pl := got.ProcessesLost; got.State != "running" || pl == nil || !strings.Contains(pl.Reason, "criu: kernel changed") || pl.Time.IsZero() {
+			t.Errorf("%s %s = state %s, processes_lost %+v; want running with the restore's error", req[0], req[1], got.State, pl)
+		}
 	}
 }
 

@@ -374,9 +374,14 @@ func (m *Manager) resumeSuspended(ctx context.Context, b *box, rec Record) (Reco
 	if rec.Suspended != nil && rec.Suspended.Memory {
 		dir = m.checkpointDir(rec.ID)
 	}
+	var lost *ProcessesLost
+	loseProcesses := func(why string, err error) {
+		log.G(ctx).Warn(why+": starting a fresh agent on the saved files", "error", err)
+		lost = &ProcessesLost{Time: time.Now().UTC().Truncate(time.Millisecond), Reason: fmt.Sprintf("%s: %v", why, err)}
+	}
 	if dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
-			log.G(ctx).Warn("checkpoint missing: starting a fresh agent on the saved files", "error", err)
+			loseProcesses("checkpoint missing", err)
 			dir = ""
 		}
 	}
@@ -387,7 +392,7 @@ func (m *Manager) resumeSuspended(ctx context.Context, b *box, rec Record) (Reco
 		// The files are intact: a box that cannot get its processes back
 		// (a kernel or CRIU change since the checkpoint) starts fresh
 		// rather than staying unusable.
-		log.G(ctx).Warn("processes could not be restored: starting a fresh agent on the saved files", "error", err)
+		loseProcesses("processes could not be restored", err)
 		if derr := rt.Delete(ctx, rec.ID); derr != nil {
 			return fail(fmt.Errorf("%w (and cleaning up: %v)", err, derr))
 		}
@@ -410,6 +415,9 @@ func (m *Manager) resumeSuspended(ctx context.Context, b *box, rec Record) (Reco
 	}
 	memory := dir != ""
 	rec.State, rec.Suspended = StateRunning, nil
+	if memory || lost != nil {
+		rec.ProcessesLost = lost
+	}
 	if err := m.save(ctx, b, rec); err != nil {
 		return rec, err
 	}
@@ -624,7 +632,7 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	for i, id := range ids {
 		g.Go(func() error {
 			p := plan{rec: cloneRecord(src), spec: *src.Spec, image: Image{TopLayer: src.Layer}}
-			p.rec.Name, p.rec.Pool, p.rec.Suspended, p.rec.Origin = "", "", nil, src.ID
+			p.rec.Name, p.rec.Pool, p.rec.Suspended, p.rec.ProcessesLost, p.rec.Origin = "", "", nil, nil, src.ID
 			p.rec.Deadline = time.Time{}
 			if len(req.Labels) > 0 {
 				if p.rec.Labels == nil {

@@ -444,6 +444,71 @@ func TestResumeFailureKeepsSuspended(t *testing.T) {
 	}
 }
 
+// TestResumeLosesProcesses: a resume whose restore fails starts a fresh
+// agent on the saved files and records why in ProcessesLost; the next
+// resume that brings the processes back clears it, and a resume of a box
+// suspended without memory leaves it alone.
+func TestResumeLosesProcesses(t *testing.T) {
+	ctx := testutil.Context(t)
+	env, m := newLifecycle(t)
+	rec := mustCreate(t, m, sandbox.CreateRequest{})
+	setMemory(t, env, rec.ID, 5)
+	if err := env.Layers.WriteFile(rec.ID, "/root/a", "A"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Suspend(ctx, rec.ID, sandbox.SuspendRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	env.Runtime.RestoreFn = func(context.Context, string, *sandbox.Spec, string) error {
+		return errors.New("criu: kernel changed")
+	}
+	before := time.Now().Add(-time.Second)
+	got, err := m.Resume(ctx, rec.ID)
+	if err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("Resume() with a failing restore = %s, %v; want running on a fresh agent", got.State, err)
+	}
+	pl := got.ProcessesLost
+	if pl == nil || !strings.Contains(pl.Reason, "criu: kernel changed") || pl.Time.Before(before) {
+		t.Fatalf("ProcessesLost = %+v; want the restore's error, now", pl)
+	}
+	if b, _ := env.Runtime.Get(rec.ID); b.Restored != "" || b.Memory != 0 {
+		t.Errorf("runtime box = %+v; want a fresh start, not a restore", b)
+	}
+	if f, _ := env.Layers.Files(rec.ID); f["/root/a"] != "A" {
+		t.Errorf("files after the fallback = %v; want /root/a", f)
+	}
+	if g, _ := m.Get(ctx, rec.ID); g.ProcessesLost == nil || g.ProcessesLost.Reason != pl.Reason {
+		t.Errorf("Get().ProcessesLost = %+v; want %+v", g.ProcessesLost, pl)
+	}
+	// Filesystem only: nothing to bring back, the record stays.
+	if _, err := m.Suspend(ctx, rec.ID, sandbox.SuspendRequest{FilesystemOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Resume(ctx, rec.ID); err != nil || got.ProcessesLost == nil {
+		t.Errorf("Resume(filesystem-only) = %+v, %v; want ProcessesLost kept", got.ProcessesLost, err)
+	}
+	// Copies do not inherit it.
+	copies, err := m.Fork(ctx, rec.ID, sandbox.ForkRequest{})
+	if err != nil || len(copies) != 1 {
+		t.Fatalf("Fork() = %v, %v", copies, err)
+	}
+	if copies[0].ProcessesLost != nil {
+		t.Errorf("fork copy ProcessesLost = %+v; want nil", copies[0].ProcessesLost)
+	}
+	// A restore that works clears it.
+	env.Runtime.RestoreFn = nil
+	setMemory(t, env, rec.ID, 6)
+	if _, err := m.Suspend(ctx, rec.ID, sandbox.SuspendRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Resume(ctx, rec.ID); err != nil || got.ProcessesLost != nil {
+		t.Errorf("Resume() restoring the processes = %+v, %v; want ProcessesLost cleared", got.ProcessesLost, err)
+	}
+	if b, _ := env.Runtime.Get(rec.ID); b.Memory != 6 {
+		t.Errorf("memory after a working restore = %d; want 6", b.Memory)
+	}
+}
+
 func TestRemoveSuspended(t *testing.T) {
 	for _, fsOnly := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "filesystem only"}[fsOnly], func(t *testing.T) {

@@ -65,6 +65,10 @@ type Record struct {
 	IdleAction  IdleAction    `json:"idle_action,omitempty"`
 	// Suspended describes the saved state of a suspended sandbox.
 	Suspended *Suspension `json:"suspended,omitempty"`
+	// ProcessesLost is set when a resume could not bring the saved
+	// processes back and started a fresh agent on the saved files instead;
+	// a later resume that brings them back clears it.
+	ProcessesLost *ProcessesLost `json:"processes_lost,omitempty"`
 	// Origin is the sandbox this one was forked from, or the snapshot it
 	// was created from.
 	Origin string `json:"origin,omitempty"`
@@ -95,6 +99,12 @@ type Suspension struct {
 	Memory bool `json:"memory"`
 	// MemoryBytes is the size of the checkpoint images on disk.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+}
+
+// ProcessesLost says when and why a resume lost the saved processes.
+type ProcessesLost struct {
+	Time   time.Time `json:"time"`
+	Reason string    `json:"reason"`
 }
 
 // CreateRequest asks for a new sandbox. Zero fields take the Manager's
