@@ -5,9 +5,10 @@
 # auto-resume, pause and auto-resume, snapshot, pool resize, detached
 # counters) while the daemon is killed every few seconds (SIGKILL or
 # SIGTERM, sometimes again while it recovers) and started again. After each
-# restart every sandbox must answer an exec; at the end everything is
-# removed and nothing may be left: mounts, cgroups, processes, network
-# devices, loop devices, per-sandbox run-time files.
+# restart every sandbox must answer an exec, and no resume or fork may lose
+# saved processes; at the end everything is removed and nothing may be
+# left: mounts, cgroups, processes, network devices, loop devices,
+# per-sandbox run-time files.
 #
 #   scripts/soak.sh [ROUNDS]     (default 6 rounds, about a minute; root)
 #
@@ -97,6 +98,11 @@ for r in $(seq "$rounds"); do
 	echo "round $r (SIG$sig$note): $n sandboxes after the restart, $bad not answering"
 	[ "$bad" = 0 ] || failed=1
 done
+
+# A memory checkpoint that was saved must come back (a kill during the
+# checkpoint itself may leave none, which is logged as missing instead).
+lost=$(grep -c "processes could not be restored" "$dir/serve.log")
+[ "$lost" = 0 ] || { echo "FAIL: $lost resumes or forks lost their processes: $(grep -m1 "processes could not be restored" "$dir/serve.log" | grep -o 'error=.*' | cut -c1-300)"; failed=1; }
 
 "$bin" pool rm busybox >/dev/null 2>&1
 "$bin" ls -q | xargs -r "$bin" rm -f >/dev/null
