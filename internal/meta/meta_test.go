@@ -1,11 +1,16 @@
 package meta
 
 import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testutil"
@@ -79,5 +84,125 @@ func TestOpenLocked(t *testing.T) {
 	defer db.Close()
 	if _, err := Open(ctx, root); !errdefs.IsUnavailable(err) {
 		t.Errorf("Open(locked) = %v; want unavailable", err)
+	}
+}
+
+// TestGroupCommit queues writes while a commit runs: they land in one
+// transaction, and a write that bbolt refuses fails alone.
+func TestGroupCommit(t *testing.T) {
+	ctx := testutil.Context(t)
+	db, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.PutSandbox(ctx, &sandbox.Record{ID: "bbbbbbbbbbb0", Image: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	// Stand in for a leader whose commit is running.
+	db.w.mu.Lock()
+	db.w.busy = true
+	groups := db.w.groups
+	db.w.mu.Unlock()
+
+	const n = 5
+	ids := []string{"bbbbbbbbbbb1", "bbbbbbbbbbb2", "bbbbbbbbbbb3", "bbbbbbbbbbb4", "bbbbbbbbbbb5"}
+	errc := make(chan error, n+2)
+	for _, id := range ids {
+		go func() { errc <- db.PutSandbox(ctx, &sandbox.Record{ID: id, Image: "busybox"}) }()
+	}
+	go func() { errc <- db.DeleteSandbox(ctx, "bbbbbbbbbbb0") }()
+	tooLong := strings.Repeat("k", bolt.MaxKeySize+1)
+	badErr := make(chan error, 1)
+	go func() { badErr <- db.put(bucketSandboxes, tooLong, 1) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		db.w.mu.Lock()
+		queued := len(db.w.pending)
+		db.w.mu.Unlock()
+		if queued == n+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued; want %d", queued, n+2)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	db.w.mu.Lock()
+	db.w.busy = false
+	db.w.cond.Broadcast()
+	db.w.mu.Unlock()
+
+	for range n + 1 {
+		if err := <-errc; err != nil {
+			t.Errorf("write in a group with a bad one = %v; want nil", err)
+		}
+	}
+	if err := <-badErr; !errors.Is(err, bolt.ErrKeyTooLarge) {
+		t.Errorf("put of a too long key = %v; want %v", err, bolt.ErrKeyTooLarge)
+	}
+	db.w.mu.Lock()
+	if got := db.w.groups - groups; got != 1 {
+		t.Errorf("%d groups committed for %d queued writes; want 1", got, n+2)
+	}
+	db.w.mu.Unlock()
+	got, err := db.ListSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotIDs []string
+	for _, r := range got {
+		gotIDs = append(gotIDs, r.ID)
+	}
+	if d := cmp.Diff(ids, gotIDs); d != "" {
+		t.Errorf("records after the group (-want +got):\n%s", d)
+	}
+}
+
+// TestConcurrentWrites has many goroutines write and delete at once; each
+// one's writes keep their order.
+func TestConcurrentWrites(t *testing.T) {
+	ctx := testutil.Context(t)
+	db, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				id := fmt.Sprintf("c%02d%09d", g, i)
+				if err := db.PutSandbox(ctx, &sandbox.Record{ID: id, Image: "one"}); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := db.PutSandbox(ctx, &sandbox.Record{ID: id, Image: "two"}); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 1 {
+					if err := db.DeleteSandbox(ctx, id); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := db.ListSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 8*10 {
+		t.Errorf("%d records; want %d", len(got), 8*10)
+	}
+	for _, r := range got {
+		if r.Image != "two" {
+			t.Errorf("record %s has image %q; want the later write's %q", r.ID, r.Image, "two")
+		}
 	}
 }
