@@ -206,18 +206,32 @@ func (d *DB) write(w *write) error {
 	d.w.pending = nil
 	d.w.busy = true
 	d.w.mu.Unlock()
-
-	errs := d.commit(group)
-
-	d.w.mu.Lock()
-	for i, g := range group {
-		g.err, g.done = errs[i], true
-	}
-	d.w.groups++
-	d.w.busy = false
-	d.w.cond.Broadcast()
-	d.w.mu.Unlock()
+	d.lead(group)
 	return w.err
+}
+
+// errCommitPanicked is what the other writes of a group get when its
+// commit panicked in the leader (whose panic goes on up its own stack).
+var errCommitPanicked = errors.New("metadata commit panicked")
+
+// lead commits group and hands every write its result, also when the
+// commit panics, so that no writer waits for ever.
+func (d *DB) lead(group []*write) {
+	var errs []error
+	defer func() {
+		d.w.mu.Lock()
+		for i, g := range group {
+			g.err, g.done = errCommitPanicked, true
+			if errs != nil {
+				g.err = errs[i]
+			}
+		}
+		d.w.groups++
+		d.w.busy = false
+		d.w.cond.Broadcast()
+		d.w.mu.Unlock()
+	}()
+	errs = d.commit(group)
 }
 
 // commit applies group in one transaction, in order. When that fails, each

@@ -206,3 +206,71 @@ func TestConcurrentWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitPanic: a commit that panics fails its whole group, with the
+// panic in the leader only, and the next write commits as usual.
+func TestCommitPanic(t *testing.T) {
+	ctx := testutil.Context(t)
+	db, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.w.mu.Lock()
+	db.w.busy = true
+	db.w.mu.Unlock()
+	type result struct {
+		err      error
+		panicked bool
+	}
+	results := make(chan result, 2)
+	for _, w := range []*write{
+		{bucket: bucketSandboxes, key: "ddddddddddd1", val: []byte(`{"id":"ddddddddddd1"}`)},
+		{bucket: []byte("no such bucket"), key: "k", val: []byte("v")}, // Put on a nil bucket panics
+	} {
+		go func() {
+			defer func() {
+				if recover() != nil {
+					results <- result{panicked: true}
+				}
+			}()
+			results <- result{err: db.write(w)}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		db.w.mu.Lock()
+		queued := len(db.w.pending)
+		db.w.mu.Unlock()
+		if queued == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued; want 2", queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	db.w.mu.Lock()
+	db.w.busy = false
+	db.w.cond.Broadcast()
+	db.w.mu.Unlock()
+	var panics, failed int
+	for range 2 {
+		select {
+		case r := <-results:
+			if r.panicked {
+				panics++
+			} else if errors.Is(r.err, errCommitPanicked) {
+				failed++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write of a group whose commit panicked is still waiting")
+		}
+	}
+	if panics != 1 || failed != 1 {
+		t.Errorf("%d writes panicked and %d failed with %v; want 1 and 1", panics, failed, errCommitPanicked)
+	}
+	if err := db.PutSandbox(ctx, &sandbox.Record{ID: "ddddddddddd2"}); err != nil {
+		t.Errorf("PutSandbox() after a panicked commit = %v; want nil", err)
+	}
+}
