@@ -99,11 +99,7 @@ func TestGroupCommit(t *testing.T) {
 	if err := db.PutSandbox(ctx, &sandbox.Record{ID: "bbbbbbbbbbb0", Image: "old"}); err != nil {
 		t.Fatal(err)
 	}
-	// Stand in for a leader whose commit is running.
-	db.w.mu.Lock()
-	db.w.busy = true
-	groups := db.w.groups
-	db.w.mu.Unlock()
+	groups := holdCommits(db)
 
 	const n = 5
 	ids := []string{"bbbbbbbbbbb1", "bbbbbbbbbbb2", "bbbbbbbbbbb3", "bbbbbbbbbbb4", "bbbbbbbbbbb5"}
@@ -115,23 +111,7 @@ func TestGroupCommit(t *testing.T) {
 	tooLong := strings.Repeat("k", bolt.MaxKeySize+1)
 	badErr := make(chan error, 1)
 	go func() { badErr <- db.put(bucketSandboxes, tooLong, 1) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		db.w.mu.Lock()
-		queued := len(db.w.pending)
-		db.w.mu.Unlock()
-		if queued == n+2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes queued; want %d", queued, n+2)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	db.w.mu.Lock()
-	db.w.busy = false
-	db.w.cond.Broadcast()
-	db.w.mu.Unlock()
+	releaseWhenQueued(t, db, n+2)
 
 	for range n + 1 {
 		if err := <-errc; err != nil {
@@ -216,9 +196,7 @@ func TestCommitPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	db.w.mu.Lock()
-	db.w.busy = true
-	db.w.mu.Unlock()
+	holdCommits(db)
 	type result struct {
 		err      error
 		panicked bool
@@ -237,23 +215,7 @@ func TestCommitPanic(t *testing.T) {
 			results <- result{err: db.write(w)}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		db.w.mu.Lock()
-		queued := len(db.w.pending)
-		db.w.mu.Unlock()
-		if queued == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes queued; want 2", queued)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	db.w.mu.Lock()
-	db.w.busy = false
-	db.w.cond.Broadcast()
-	db.w.mu.Unlock()
+	releaseWhenQueued(t, db, 2)
 	var panics, failed int
 	for range 2 {
 		select {
@@ -273,4 +235,36 @@ func TestCommitPanic(t *testing.T) {
 	if err := db.PutSandbox(ctx, &sandbox.Record{ID: "ddddddddddd2"}); err != nil {
 		t.Errorf("PutSandbox() after a panicked commit = %v; want nil", err)
 	}
+}
+
+// holdCommits stands in for a leader whose commit is running, so that
+// writes queue; it returns the number of groups committed so far.
+func holdCommits(db *DB) int {
+	db.w.mu.Lock()
+	defer db.w.mu.Unlock()
+	db.w.busy = true
+	return db.w.groups
+}
+
+// releaseWhenQueued waits until n writes are queued behind holdCommits,
+// then lets one of them lead their group.
+func releaseWhenQueued(t *testing.T, db *DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		db.w.mu.Lock()
+		queued := len(db.w.pending)
+		db.w.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued; want %d", queued, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	db.w.mu.Lock()
+	db.w.busy = false
+	db.w.cond.Broadcast()
+	db.w.mu.Unlock()
 }
