@@ -112,6 +112,11 @@ disk_pool_size = 2
 			t.Errorf("disk volume %s still mounted after the daemon stopped; unmounting it", d.diskVolume())
 			_ = syscall.Unmount(d.diskVolume(), syscall.MNT_DETACH)
 		}
+		// The same holds for the tmpfs the daemon mounts on run_dir.
+		if strings.Contains(readFile("/proc/self/mountinfo"), " "+d.run+" ") {
+			t.Errorf("run_dir %s still mounted after the daemon stopped; unmounting it", d.run)
+			_ = syscall.Unmount(d.run, syscall.MNT_DETACH)
+		}
 		os.RemoveAll(base)
 		d.removeCgroupParent()
 	})

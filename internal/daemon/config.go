@@ -35,6 +35,10 @@ type Config struct {
 	// directory per sandbox (its agent socket). It is on tmpfs, so a host
 	// reboot clears it.
 	RunDir string `toml:"run_dir"`
+	// RunDirTmpfs lets the daemon mount a tmpfs on RunDir when RunDir is
+	// on a disk file system and empty (a host whose /run is no tmpfs);
+	// see mountRunDir.
+	RunDirTmpfs bool `toml:"run_dir_tmpfs"`
 	// Socket is the API's unix socket (mode 0660, no authentication).
 	Socket string `toml:"socket"`
 	// Listen is an optional TCP address ("127.0.0.1:7070") of the API, where
@@ -137,6 +141,7 @@ func DefaultConfig() Config {
 		Version:        1,
 		Root:           "/var/lib/corral",
 		RunDir:         "/run/corral",
+		RunDirTmpfs:    true,
 		Socket:         "/run/corral/corral.sock",
 		DefaultRuntime: "crun",
 		Runtimes:       []string{"crun", "runc"},

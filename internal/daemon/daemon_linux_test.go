@@ -150,6 +150,9 @@ func assertNothingLeft(t *testing.T, cfg Config, id string) {
 	t.Helper()
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == cfg.RunDir {
+			continue // the daemon's own tmpfs on run_dir (mountRunDir), not the sandbox's
+		}
 		if strings.Contains(l, id) || strings.Contains(l, cfg.RunDir) {
 			t.Errorf("mount left: %s", l)
 		}
@@ -213,6 +216,53 @@ func TestRunDirNoteTmpfs(t *testing.T) {
 	}
 	if note := runDirNote("/dev/shm"); note != "" {
 		t.Errorf("runDirNote(/dev/shm) = %q; want none", note)
+	}
+}
+
+// TestMountRunDir: an empty run_dir on a disk file system gets the daemon's
+// tmpfs once (a second start finds it), a run_dir that holds a file gets
+// none, and unmountRunDir removes the daemon's tmpfs but never a tmpfs that
+// someone else mounted there.
+func TestMountRunDir(t *testing.T) {
+	testutil.RequiresRoot(t)
+	dir := t.TempDir()
+	if !notTmpfs(dir) {
+		t.Skip("the test's directory is on a tmpfs already")
+	}
+	ctx := testutil.Context(t)
+	isTmpfs := func() bool { return !notTmpfs(dir) }
+	t.Cleanup(func() {
+		for isTmpfs() {
+			if unix.Unmount(dir, unix.MNT_DETACH) != nil {
+				return
+			}
+		}
+	})
+
+	if mounted, err := mountRunDir(dir); err != nil || !mounted || !isTmpfs() {
+		t.Fatalf("mountRunDir(empty dir) = %v, %v (tmpfs %v); want a tmpfs", mounted, err, isTmpfs())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "state"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if mounted, err := mountRunDir(dir); err != nil || mounted {
+		t.Fatalf("mountRunDir(its own tmpfs) = %v, %v; want nothing to do", mounted, err)
+	}
+	if err := unmountRunDir(ctx, dir); err != nil || isTmpfs() {
+		t.Fatalf("unmountRunDir = %v (tmpfs left %v)", err, isTmpfs())
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "left"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if mounted, err := mountRunDir(dir); err != nil || mounted || isTmpfs() {
+		t.Fatalf("mountRunDir(dir with a file) = %v, %v; want no mount", mounted, err)
+	}
+	if err := unix.Mount("someone-else", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unmountRunDir(ctx, dir); err != nil || !isTmpfs() {
+		t.Fatalf("unmountRunDir(a tmpfs of another source) = %v, still mounted %v; want it left alone", err, isTmpfs())
 	}
 }
 
