@@ -106,16 +106,15 @@ disk_pool_size = 2
 				t.Logf("daemon log:\n%s", tail(string(b), 60))
 			}
 		}
-		// A failed test may leave sandboxes, and with them the store's disk
-		// volume, behind: never delete files under a mount.
-		if strings.Contains(readFile("/proc/self/mountinfo"), " "+d.diskVolume()+" ") {
-			t.Errorf("disk volume %s still mounted after the daemon stopped; unmounting it", d.diskVolume())
-			_ = syscall.Unmount(d.diskVolume(), syscall.MNT_DETACH)
-		}
-		// The same holds for the tmpfs the daemon mounts on run_dir.
-		if strings.Contains(readFile("/proc/self/mountinfo"), " "+d.run+" ") {
-			t.Errorf("run_dir %s still mounted after the daemon stopped; unmounting it", d.run)
-			_ = syscall.Unmount(d.run, syscall.MNT_DETACH)
+		// A failed test may leave sandboxes, and with them the daemon's own
+		// mounts (the store's disk volume, the tmpfs on run_dir), behind:
+		// never delete files under a mount.
+		mountinfo := readFile("/proc/self/mountinfo")
+		for what, mp := range map[string]string{"disk volume": d.diskVolume(), "run_dir": d.run} {
+			if strings.Contains(mountinfo, " "+mp+" ") {
+				t.Errorf("%s %s still mounted after the daemon stopped; unmounting it", what, mp)
+				_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+			}
 		}
 		os.RemoveAll(base)
 		d.removeCgroupParent()
