@@ -27,6 +27,7 @@ type fixture struct {
 	// uploads is the server's UploadDir.
 	uploads string
 	m       *sandbox.Manager
+	api     *Server
 	srv     *httptest.Server
 	agent   *httptest.Server
 	// agentReqs receives a summary of each request the fake agent gets.
@@ -57,6 +58,12 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 			w.Header().Set(agentclient.StoppingHeader, "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprint(w, "stopping")
+			return
+		}
+		if r.Header.Get(agentclient.WarmUpHeader) != "" {
+			// A Connect stream that ends at once, without an error.
+			w.Header().Set("Content-Type", "application/connect+proto")
+			_, _ = w.Write([]byte{2, 0, 0, 0, 2, '{', '}'})
 			return
 		}
 		if r.URL.Path == "/stream" {
@@ -98,6 +105,7 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.api = s
 	h := s.Handler()
 	if token != "" {
 		h = RequireToken(token, h)
@@ -105,13 +113,28 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 	ctx := testutil.Context(t)
 	f.srv = httptest.NewUnstartedServer(h)
 	f.srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	f.srv.Config.Protocols = &protos // like the daemon: HTTP/1 and h2c
 	f.srv.Start()
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
-// do sends a request and returns the status and body.
+// do sends a request over HTTP/1.1 and returns the status and body.
 func (f *fixture) do(t *testing.T, method, path, body string, hdr ...string) (int, string) {
+	t.Helper()
+	return f.doWith(t, f.srv.Client(), method, path, body, hdr...)
+}
+
+// h2cClient returns a client of the fixture's API over HTTP/2 without TLS.
+func (f *fixture) h2cClient(t *testing.T) *http.Client {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protos}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func (f *fixture) doWith(t *testing.T, c *http.Client, method, path, body string, hdr ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -120,7 +143,7 @@ func (f *fixture) do(t *testing.T, method, path, body string, hdr ...string) (in
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := f.srv.Client().Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -244,17 +267,17 @@ func TestProxy(t *testing.T) {
 		want                     string
 	}{
 		{"by path", "POST", "/v1/sandboxes/" + sb.ID + "/agent/process.Process/Start?x=1", "in", auth,
-			`HTTP/2.0 POST /process.Process/Start?x=1 auth="" sbx="" body="in"`},
+			`HTTP/1.1 POST /process.Process/Start?x=1 auth="" sbx="" body="in"`},
 		{"by name", "GET", "/v1/sandboxes/px/agent/files?path=/etc/hosts", "", auth,
-			`HTTP/2.0 GET /files?path=/etc/hosts auth="" sbx="" body=""`},
+			`HTTP/1.1 GET /files?path=/etc/hosts auth="" sbx="" body=""`},
 		{"header process", "POST", "/process.Process/List", "{}", append([]string{SandboxIDHeader, sb.ID}, auth...),
-			`HTTP/2.0 POST /process.Process/List? auth="" sbx="" body="{}"`},
+			`HTTP/1.1 POST /process.Process/List? auth="" sbx="" body="{}"`},
 		{"header fs", "POST", "/filesystem.Filesystem/Stat", "{}", append([]string{SandboxIDHeader, sb.ID}, auth...),
-			`HTTP/2.0 POST /filesystem.Filesystem/Stat? auth="" sbx="" body="{}"`},
+			`HTTP/1.1 POST /filesystem.Filesystem/Stat? auth="" sbx="" body="{}"`},
 		{"header files", "GET", "/files?path=a", "", append([]string{SandboxIDHeader, "px"}, auth...),
-			`HTTP/2.0 GET /files?path=a auth="" sbx="" body=""`},
+			`HTTP/1.1 GET /files?path=a auth="" sbx="" body=""`},
 		{"header health", "GET", "/health", "", append([]string{SandboxIDHeader, "px"}, auth...),
-			`HTTP/2.0 GET /health? auth="" sbx="" body=""`},
+			`HTTP/1.1 GET /health? auth="" sbx="" body=""`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,6 +287,29 @@ func TestProxy(t *testing.T) {
 			}
 			if got := <-f.agentReqs; got != tc.want {
 				t.Errorf("agent got %s; want %s", got, tc.want)
+			}
+		})
+	}
+	// A request reaches the agent in the HTTP version it came in, except
+	// StreamInput, which always takes HTTP/2.
+	h2c := f.h2cClient(t)
+	for _, tc := range []struct {
+		name string
+		c    *http.Client
+		path string
+		want string
+	}{
+		{"h2c", h2c, "/process.Process/Start", "HTTP/2.0 POST /process.Process/Start?"},
+		{"h2c input", h2c, streamInputPath, "HTTP/2.0 POST " + streamInputPath + "?"},
+		{"h1 input", f.srv.Client(), streamInputPath, "HTTP/2.0 POST " + streamInputPath + "?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.doWith(t, tc.c, "POST", "/v1/sandboxes/px/agent"+tc.path, "x", auth...)
+			if code != 200 || body != "agent ok" {
+				t.Fatalf("POST %s = %d %q; want 200 from the agent", tc.path, code, body)
+			}
+			if got := <-f.agentReqs; !strings.HasPrefix(got, tc.want) {
+				t.Errorf("agent got %s; want %s...", got, tc.want)
 			}
 		})
 	}
@@ -317,7 +363,7 @@ func TestProxyRetriesStoppingAgent(t *testing.T) {
 			}
 		}
 	}
-	want := `HTTP/2.0 POST /process.Process/Start? auth="" sbx="" body="{\"cmd\":\"true\"}"`
+	want := `HTTP/1.1 POST /process.Process/Start? auth="" sbx="" body="{\"cmd\":\"true\"}"`
 
 	f.stopping.Store(2)
 	code, body := f.do(t, "POST", "/v1/sandboxes/idle/agent/process.Process/Start", `{"cmd":"true"}`)
@@ -360,6 +406,31 @@ func TestProxyAgentConnection(t *testing.T) {
 	}
 	if n := f.agentConns.Load(); n != 1 {
 		t.Errorf("3 requests opened %d connections to the agent; want 1", n)
+	}
+}
+
+// TestWarmAgent: a warm pool's warm-up leaves the connection that the
+// first HTTP/1.1 request (the SDK's and the CLI's) then takes.
+func TestWarmAgent(t *testing.T) {
+	f := newFixture(t, "")
+	code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"warm"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var sb rest.Sandbox
+	_ = json.Unmarshal([]byte(body), &sb)
+	if err := f.api.WarmAgent(testutil.Context(t), sb.ID, "tcp://"+f.agent.Listener.Addr().String()); err != nil {
+		t.Fatalf("WarmAgent: %v", err)
+	}
+	if got := <-f.agentReqs; !strings.HasPrefix(got, "HTTP/1.1 POST /process.Process/Start?") {
+		t.Errorf("warm-up reached the agent as %s; want an HTTP/1.1 Start", got)
+	}
+	if code, body := f.do(t, "POST", "/v1/sandboxes/warm/agent/process.Process/Start", `{}`); code != 200 || body != "agent ok" {
+		t.Fatalf("Start = %d %q; want 200 from the agent", code, body)
+	}
+	<-f.agentReqs
+	if n := f.agentConns.Load(); n != 1 {
+		t.Errorf("warm-up and the first request opened %d connections to the agent; want 1", n)
 	}
 }
 
