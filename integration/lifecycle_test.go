@@ -77,6 +77,14 @@ func (d *daemon) waitCountAbove(id string, n int) int {
 	}
 }
 
+// startCounter runs counterScript in the background in box id and waits
+// until its count passes n, which it returns.
+func (d *daemon) startCounter(id string, n int) int {
+	d.t.Helper()
+	d.must("exec", "--detach", id, "--", "sh", "-c", counterScript)
+	return d.waitCountAbove(id, n)
+}
+
 // counterPid returns the pid (inside the box) of the counting shell.
 func (d *daemon) counterPid(id string) string {
 	d.t.Helper()
@@ -88,8 +96,7 @@ func (d *daemon) counterPid(id string) string {
 func TestPauseResume(t *testing.T) {
 	d := startDaemon(t)
 	id := d.create("--image", "busybox")
-	d.must("exec", "--detach", id, "--", "sh", "-c", counterScript)
-	c := d.waitCountAbove(id, 0)
+	c := d.startCounter(id, 0)
 	d.must("pause", id)
 	d.must("pause", id) // idempotent
 	if s := d.boxState(id); s != "paused" {
@@ -121,8 +128,7 @@ func TestSuspendResumeKeepsFilesAndProcesses(t *testing.T) {
 	requireCRIU(t)
 	d := startDaemon(t)
 	id := d.create("--image", "busybox", "--memory", "64m", "--pids", "64")
-	d.must("exec", "--detach", id, "--", "sh", "-c", counterScript)
-	last := d.waitCountAbove(id, 0)
+	last := d.startCounter(id, 0)
 	pid := d.counterPid(id)
 	if _, err := strconv.Atoi(pid); err != nil {
 		t.Fatalf("counter pid = %q; want one process", pid)
@@ -291,8 +297,7 @@ func TestForkMemoryState(t *testing.T) {
 	requireCRIU(t)
 	d := startDaemon(t)
 	src := d.create("--image", "busybox", "--memory", "64m")
-	d.must("exec", "--detach", src, "--", "sh", "-c", counterScript)
-	c := d.waitCountAbove(src, 3)
+	c := d.startCounter(src, 3)
 	out := d.must("fork", src, "--memory-state", "--count", "2")
 	ids := strings.Fields(out)
 	if len(ids) != 2 {
@@ -322,8 +327,7 @@ func TestMemoryStateAfterDaemonRestart(t *testing.T) {
 	requireCRIU(t)
 	d := startDaemon(t)
 	id := d.create("--image", "busybox", "--memory", "64m")
-	d.must("exec", "--detach", id, "--", "sh", "-c", counterScript)
-	c := d.waitCountAbove(id, 3)
+	c := d.startCounter(id, 3)
 	pid := d.counterPid(id)
 	d.stop()
 	d.start()
