@@ -64,6 +64,22 @@ func copyRoot(t testing.TB, src string) string {
 	return dst
 }
 
+// copyRootPaused copies the root of running box id while the box is
+// paused, as a fork does: a counter renames files in it, which cp would
+// race with.
+func copyRootPaused(t testing.TB, r *Runtime, id, root string) string {
+	t.Helper()
+	ctx := testutil.Context(t)
+	if err := r.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	dst := copyRoot(t, root)
+	if err := r.Unpause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
 // rootOf returns the host directory of a spec's root (a bind mount).
 func rootOf(spec *sandbox.Spec) string { return spec.Rootfs[0].Source }
 
@@ -732,7 +748,7 @@ func TestRestoreFailureLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	badSpec := *spec
-	badRoot := copyRoot(t, rootOf(spec))
+	badRoot := copyRootPaused(t, r, id, rootOf(spec))
 	if err := os.Remove(filepath.Join(badRoot, "tmp/held")); err != nil {
 		t.Fatal(err)
 	}
@@ -922,7 +938,7 @@ func TestParallelRestores(t *testing.T) {
 	errs := make([]error, copies)
 	var wg sync.WaitGroup
 	for i := range copies {
-		roots[i] = copyRoot(t, rootOf(spec))
+		roots[i] = copyRootPaused(t, r, src, rootOf(spec))
 		id := fmt.Sprintf("%s-%d", src, i)
 		cleanupBox(t, r, id)
 		s := *spec
