@@ -326,6 +326,20 @@ func TestExecErrors(t *testing.T) {
 	if _, err := c.Sandbox(sb.ID).Exec(t.Context(), client.ExecOptions{}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("Exec(no cmd) error = %v; want invalid argument", err)
 	}
+	// A stream that ends without an end event says why: the sandbox was
+	// suspended meanwhile (unavailable), or removed (not found).
+	sus, _ := c.CreateSandbox(t.Context(), rest.CreateSandboxRequest{})
+	_, err = c.Sandbox(sus.ID).Exec(t.Context(), client.ExecOptions{Cmd: []string{"suspend"}})
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "was suspended while the command ran") {
+		t.Errorf("Exec in a sandbox suspended meanwhile: error = %v; want unavailable, saying it was suspended", err)
+	}
+	res, err := c.Sandbox(sb.ID).Exec(t.Context(), client.ExecOptions{Cmd: []string{"vanish"}})
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "was removed while the command ran") {
+		t.Errorf("Exec in a sandbox removed meanwhile: error = %v; want not found, saying it was removed", err)
+	}
+	if res == nil || res.PID == 0 || res.ExitCode != -1 {
+		t.Errorf("Exec in a sandbox removed meanwhile: result = %+v; want the pid and exit code -1", res)
+	}
 }
 
 // countWriter counts bytes and checks they are all 'x'.

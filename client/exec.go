@@ -166,6 +166,7 @@ func (s *Sandbox) Exec(ctx context.Context, opts ExecOptions) (*ExecResult, erro
 	stdin := opts.Stdin != nil || opts.TTY
 	req.Stdin = &stdin
 
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := s.proc.Start(ctx, connect.NewRequest(req))
@@ -208,14 +209,39 @@ func (s *Sandbox) Exec(ctx context.Context, opts ExecOptions) (*ExecResult, erro
 			s.forwardResize(ctx, pid, opts.Resize)
 		}()
 	}
-	res, err := receiveOutput(ctx, stream, pid, opts.Stdout, opts.Stderr, cancel)
+	res, err := receiveOutput(ctx, stream, pid, opts.Stdout, opts.Stderr, cancel, s.goneError(parent))
 	cancel()
 	return res, err
+}
+
+// goneError returns what explains a broken stream of a command when its
+// sandbox was removed (or suspended) while the command ran: the daemon's
+// proxy cannot say so, as it had sent the start of the answer already,
+// and the stream just ends ("incomplete envelope", or no end event). err
+// is returned as it is otherwise, and when ctx (the caller's) ended.
+func (s *Sandbox) goneError(ctx context.Context) func(error) error {
+	return func(err error) error {
+		if ctx.Err() != nil {
+			return err
+		}
+		sb, ierr := s.Info(ctx)
+		switch {
+		// Removed, or being removed (the stream broke in the middle of
+		// the teardown, which goes on).
+		case errdefs.IsNotFound(ierr), ierr == nil && sb.State == "deleting":
+			return fmt.Errorf("sandbox %s was removed while the command ran (%v): %w", s.id, err, errdefs.ErrNotFound)
+		case ierr == nil && (sb.State == "suspending" || sb.State == "suspended"):
+			return fmt.Errorf("sandbox %s was suspended while the command ran; with its memory state the command goes on after resume, and Connect re-attaches to it (%v): %w",
+				s.id, err, errdefs.ErrUnavailable)
+		}
+		return err
+	}
 }
 
 // Connect reattaches to a running command by pid (tag "") or by tag and
 // streams its further output until it ends.
 func (s *Sandbox) Connect(ctx context.Context, pid uint32, tag string, stdout, stderr io.Writer) (*ExecResult, error) {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := s.proc.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: selector(pid, tag)}))
@@ -223,7 +249,7 @@ func (s *Sandbox) Connect(ctx context.Context, pid uint32, tag string, stdout, s
 		return nil, fromConnect(ctx, err)
 	}
 	defer stream.Close()
-	return receiveOutput(ctx, stream, pid, stdout, stderr, cancel)
+	return receiveOutput(ctx, stream, pid, stdout, stderr, cancel, s.goneError(parent))
 }
 
 // eventStream is what Start and Connect streams have in common.
@@ -243,8 +269,8 @@ const endDrainWait = time.Second
 // stream's context): a response read to its end leaves the connection to
 // the daemon open for the next request, where one abandoned midway makes
 // the next request dial again (about 0.1 ms, and 0.3 ms of CPU, per exec
-// on 2 cores).
-func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Context, stream eventStream[T], pid uint32, stdout, stderr io.Writer, stop func()) (*ExecResult, error) {
+// on 2 cores). explain may replace the error of a stream that broke.
+func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Context, stream eventStream[T], pid uint32, stdout, stderr io.Writer, stop func(), explain func(error) error) (*ExecResult, error) {
 	if stdout == nil {
 		stdout = io.Discard
 	}
@@ -282,7 +308,7 @@ func receiveOutput[T interface{ GetEvent() *pb.ProcessEvent }](ctx context.Conte
 	if err == nil {
 		err = fmt.Errorf("stream of pid %d ended without an end event: %w", pid, errdefs.ErrUnavailable)
 	}
-	return &ExecResult{PID: pid, ExitCode: -1}, fromConnect(ctx, err)
+	return &ExecResult{PID: pid, ExitCode: -1}, explain(fromConnect(ctx, err))
 }
 
 func endResult(pid uint32, end *pb.ProcessEvent_EndEvent) *ExecResult {

@@ -238,6 +238,38 @@ func TestExecTimeoutAndSignals(t *testing.T) {
 	d.requireNoLeftovers()
 }
 
+// TestExecRacingRemove: a command whose sandbox is removed while it runs
+// ends with an error that says so (not "unexpected EOF" or "unavailable").
+func TestExecRacingRemove(t *testing.T) {
+	d := startDaemon(t)
+	id := d.create("--image", "busybox")
+	type result struct {
+		errOut string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, errOut, err := d.corral("exec", id, "--", "sleep", "60")
+		done <- result{errOut, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, _, err := d.corral("exec", id, "--", "pidof", "sleep"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sleep 60 did not start in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.must("rm", "-f", id)
+	r := <-done
+	if r.err == nil || !strings.Contains(r.errOut, "sandbox "+id+" was removed while the command ran") {
+		t.Errorf("exec whose sandbox was removed: err %v, stderr %q; want an error saying the sandbox was removed", r.err, r.errOut)
+	}
+	d.requireNoLeftovers()
+}
+
 func TestStdinAndEnv(t *testing.T) {
 	d := startDaemon(t)
 	id := d.create("--image", "busybox", "--env", "GREETING=hi", "--workdir", "/tmp")

@@ -542,7 +542,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // agent returns the fake agent of one sandbox.
 func (d *Daemon) agent(id string) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(processconnect.NewProcessHandler(&procSvc{d: d}))
+	mux.Handle(processconnect.NewProcessHandler(&procSvc{d: d, id: id}))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&fsSvc{d: d, id: id}))
 	mux.HandleFunc("GET /files", func(w http.ResponseWriter, r *http.Request) {
 		d.Mu.Lock()
@@ -572,7 +572,8 @@ func (d *Daemon) agent(id string) http.Handler {
 
 type procSvc struct {
 	processconnect.UnimplementedProcessHandler
-	d *Daemon
+	d  *Daemon
+	id string
 }
 
 func (p *procSvc) Start(ctx context.Context, req *connect.Request[pb.StartRequest], st *connect.ServerStream[pb.StartResponse]) error {
@@ -600,7 +601,7 @@ func (p *procSvc) Start(ctx context.Context, req *connect.Request[pb.StartReques
 		return end(&pb.ProcessEvent_EndEvent{ExitCode: code, Exited: true, Status: "exit status " + strconv.Itoa(int(code))})
 	}
 	switch cfg.GetCmd() {
-	case "echo", "cat", "fail", "oom", "timeout", "big", "pty", "linger":
+	case "echo", "cat", "fail", "oom", "timeout", "big", "pty", "linger", "vanish", "suspend":
 	default:
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("exec: %q: executable file not found in $PATH", cfg.GetCmd()))
 	}
@@ -655,6 +656,18 @@ func (p *procSvc) Start(ctx context.Context, req *connect.Request[pb.StartReques
 			n -= int64(len(c))
 		}
 		return exit(0)
+	case "vanish": // its sandbox is removed while it runs: no end event
+		d.Mu.Lock()
+		delete(d.Sandboxes, p.id)
+		d.Mu.Unlock()
+		return nil
+	case "suspend": // its sandbox is suspended while it runs: no end event
+		d.Mu.Lock()
+		if sb := d.Sandboxes[p.id]; sb != nil {
+			sb.State = "suspended"
+		}
+		d.Mu.Unlock()
+		return nil
 	case "linger": // ends, then keeps the stream open until the client leaves
 		if err := exit(0); err != nil {
 			return err

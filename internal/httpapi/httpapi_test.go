@@ -34,6 +34,9 @@ type fixture struct {
 	agentReqs chan string
 	// release lets the fake agent's stream send its last chunk.
 	release chan struct{}
+	// abort lets one request to the fake agent's /abort end with its
+	// connection closed and no answer, as when its sandbox goes.
+	abort chan struct{}
 	// stopping is how many more requests the fake agent answers as an
 	// agent that exits after being idle (503, agentclient.StoppingHeader).
 	stopping atomic.Int32
@@ -47,7 +50,7 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 	t.Helper()
 	f := &fixture{
 		env: sandboxtest.NewEnv(), images: newFakeImages(), builder: &fakeBuilder{}, uploads: t.TempDir(),
-		agentReqs: make(chan string, 16), release: make(chan struct{}),
+		agentReqs: make(chan string, 16), release: make(chan struct{}), abort: make(chan struct{}),
 	}
 	f.agent = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -65,6 +68,10 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 			w.Header().Set("Content-Type", "application/connect+proto")
 			_, _ = w.Write([]byte{2, 0, 0, 0, 2, '{', '}'})
 			return
+		}
+		if r.URL.Path == "/abort" {
+			<-f.abort
+			panic(http.ErrAbortHandler)
 		}
 		if r.URL.Path == "/stream" {
 			fmt.Fprintln(w, "first")
@@ -444,6 +451,47 @@ func TestProxyAgentDown(t *testing.T) {
 	code, body = f.do(t, "GET", "/v1/sandboxes/down/agent/health", "")
 	if code != 503 || errCode(t, body) != "unavailable" {
 		t.Errorf("GET to a dead agent = %d %s; want 503 unavailable", code, body)
+	}
+}
+
+// TestProxyAgentGoneWithSandbox: a request whose agent connection breaks
+// is "unavailable" while its sandbox runs, but "not found", saying why,
+// when the sandbox was removed meanwhile (a retry cannot succeed).
+func TestProxyAgentGoneWithSandbox(t *testing.T) {
+	f := newFixture(t, "")
+	for _, name := range []string{"stays", "goes"} {
+		if code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"`+name+`"}`); code != 201 {
+			t.Fatalf("create %s = %d %s", name, code, body)
+		}
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	call := func(name string, meanwhile func()) answer {
+		got := make(chan answer, 1)
+		go func() {
+			code, body := f.do(t, "POST", "/v1/sandboxes/"+name+"/agent/abort", "x")
+			got <- answer{code, body}
+		}()
+		if req := <-f.agentReqs; !strings.Contains(req, "/abort") {
+			t.Fatalf("agent got %s; want the /abort request", req)
+		}
+		meanwhile()
+		f.abort <- struct{}{}
+		return <-got
+	}
+	a := call("stays", func() {})
+	if a.code != 503 || errCode(t, a.body) != "unavailable" {
+		t.Errorf("broken agent connection of a running sandbox = %d %s; want 503 unavailable", a.code, a.body)
+	}
+	a = call("goes", func() {
+		if code, body := f.do(t, "DELETE", "/v1/sandboxes/goes?force=true", ""); code != 204 {
+			t.Fatalf("delete = %d %s", code, body)
+		}
+	})
+	if a.code != 404 || errCode(t, a.body) != "not_found" || !strings.Contains(a.body, "was removed while the request ran") {
+		t.Errorf("request to a sandbox removed meanwhile = %d %s; want 404 not_found saying it was removed", a.code, a.body)
 	}
 }
 

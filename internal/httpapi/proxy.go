@@ -207,13 +207,36 @@ func newAgentProxy(m *sandbox.Manager, dial DialFunc) *agentProxy {
 				return // the client went away
 			}
 			if !errdefs.IsNotFound(err) {
-				log.G(r.Context()).Warn("proxy to agent", "sandbox", t.id, "error", err)
-				err = fmt.Errorf("sandbox %s agent: %v: %w", t.id, err, errdefs.ErrUnavailable)
+				err = p.agentError(r.Context(), t.id, err)
 			}
 			writeError(r.Context(), w, err)
 		},
 	}
 	return p
+}
+
+// agentError explains a failed request to sandbox id's agent. When the
+// sandbox was removed, or is being removed, while the request ran, its
+// agent went with it: the caller is told so (not found, or failed
+// precondition), rather than that the agent is unavailable, which invites
+// a retry that cannot succeed. A sandbox suspended or paused meanwhile
+// stays unavailable (the next request resumes it), with the reason.
+func (p *agentProxy) agentError(ctx context.Context, id string, err error) error {
+	rec, gerr := p.m.Get(ctx, id)
+	switch {
+	case errdefs.IsNotFound(gerr):
+		return fmt.Errorf("sandbox %s was removed while the request ran (agent: %v): %w", id, err, errdefs.ErrNotFound)
+	case gerr != nil || rec.State == sandbox.StateRunning:
+	case rec.State == sandbox.StateDeleting:
+		return fmt.Errorf("sandbox %s is being removed (agent: %v): %w", id, err, errdefs.ErrFailedPrecondition)
+	case rec.State == sandbox.StatePaused || rec.State == sandbox.StateSuspending ||
+		rec.State == sandbox.StateSuspended || rec.State == sandbox.StateResuming:
+		return fmt.Errorf("sandbox %s became %s while the request ran; a new request resumes it (agent: %v): %w", id, rec.State, err, errdefs.ErrUnavailable)
+	default:
+		return fmt.Errorf("sandbox %s is %s (agent: %v): %w", id, rec.State, err, errdefs.ErrFailedPrecondition)
+	}
+	log.G(ctx).Warn("proxy to agent", "sandbox", id, "error", err)
+	return fmt.Errorf("sandbox %s agent: %v: %w", id, err, errdefs.ErrUnavailable)
 }
 
 // serve forwards r to the agent of sandbox idOrName at path, resuming the
