@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -90,12 +91,7 @@ func TestOpenLocked(t *testing.T) {
 // TestGroupCommit queues writes while a commit runs: they land in one
 // transaction, and a write that bbolt refuses fails alone.
 func TestGroupCommit(t *testing.T) {
-	ctx := testutil.Context(t)
-	db, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	ctx, db := openTemp(t)
 	if err := db.PutSandbox(ctx, &sandbox.Record{ID: "bbbbbbbbbbb0", Image: "old"}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +138,7 @@ func TestGroupCommit(t *testing.T) {
 // TestConcurrentWrites has many goroutines write and delete at once; each
 // one's writes keep their order.
 func TestConcurrentWrites(t *testing.T) {
-	ctx := testutil.Context(t)
-	db, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	ctx, db := openTemp(t)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -190,12 +181,7 @@ func TestConcurrentWrites(t *testing.T) {
 // TestCommitPanic: a commit that panics fails its whole group, with the
 // panic in the leader only, and the next write commits as usual.
 func TestCommitPanic(t *testing.T) {
-	ctx := testutil.Context(t)
-	db, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	ctx, db := openTemp(t)
 	holdCommits(db)
 	type result struct {
 		err      error
@@ -235,6 +221,19 @@ func TestCommitPanic(t *testing.T) {
 	if err := db.PutSandbox(ctx, &sandbox.Record{ID: "ddddddddddd2"}); err != nil {
 		t.Errorf("PutSandbox() after a panicked commit = %v; want nil", err)
 	}
+}
+
+// openTemp opens a database in a temporary directory, closed at the end of
+// the test.
+func openTemp(t *testing.T) (context.Context, *DB) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	db, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return ctx, db
 }
 
 // holdCommits stands in for a leader whose commit is running, so that
