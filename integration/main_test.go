@@ -98,7 +98,8 @@ disk_pool_size = 2
 		t.Fatal(err)
 	}
 	d.net = snapshotNet()
-	d.start()
+	// Registered before the start, so that a daemon that fails to become
+	// ready is still stopped and its directory removed.
 	t.Cleanup(func() {
 		d.stop()
 		if t.Failed() {
@@ -119,6 +120,7 @@ disk_pool_size = 2
 		os.RemoveAll(base)
 		d.removeCgroupParent()
 	})
+	d.start()
 	return d
 }
 

@@ -9,11 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+	"github.com/corral-sandbox/corral/internal/network"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
 	"github.com/corral-sandbox/corral/internal/testutil"
@@ -268,5 +272,101 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGetCached checks that Get serves a record it read before from memory
+// while the record's file is unchanged, reads it again once the file is
+// replaced or touched, and hands out copies that callers may change.
+func TestGetCached(t *testing.T) {
+	s, _ := newStores(t)
+	img := sandbox.Image{
+		Name: "cached", TopLayer: "top", Env: []string{"A=1"},
+		Binds:   []sandbox.Bind{{Source: "/usr", Target: "/usr", Readonly: true}},
+		Network: &network.Settings{Mode: netpolicy.ModeNone, Allow: []string{"example.org"}},
+	}
+	if err := s.write(record{Image: img, Source: "import"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(t.Context(), "cached")
+	if err != nil || got.Env[0] != "A=1" {
+		t.Fatalf("Get() = %+v, %v", got, err)
+	}
+	// A caller that changes its copy changes nothing for the next one.
+	got.Env[0], got.Binds[0].Target, got.Network.Allow[0] = "A=2", "/x", "evil.example"
+	if again, err := s.Get(t.Context(), "cached"); err != nil || again.Env[0] != "A=1" || again.Binds[0].Target != "/usr" || again.Network.Allow[0] != "example.org" {
+		t.Fatalf("Get() after the caller changed its copy = %+v, %v", again, err)
+	}
+
+	// The same file, same size and time, other bytes: served from memory,
+	// which shows that Get did not read it.
+	p := s.recordPath("cached")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(bytes.Repeat([]byte{' '}, int(fi.Size()))); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(t.Context(), "cached"); err != nil || got.TopLayer != "top" {
+		t.Fatalf("Get() of an unchanged file = %+v, %v; want the cached record", got, err)
+	}
+	// Touched: read again (and now it is not a record).
+	if err := os.Chtimes(p, fi.ModTime().Add(time.Second), fi.ModTime().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(t.Context(), "cached"); err == nil {
+		t.Fatalf("Get() of a touched file of blanks = %+v; want a decoding error", got)
+	}
+
+	// Replaced, as the store writes: the new record.
+	img.Env = []string{"B=2"}
+	if err := s.write(record{Image: img, Source: "import"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(t.Context(), "cached"); err != nil || !slices.Equal(got.Env, []string{"B=2"}) {
+		t.Fatalf("Get() after a rewrite = %+v, %v; want Env [B=2]", got, err)
+	}
+	// Removed: not found, not the cached copy.
+	if err := s.Remove(t.Context(), "cached"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(t.Context(), "cached"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Get() after Remove = %+v, %v; want not found", got, err)
+	}
+}
+
+// BenchmarkGet is Get of an image on the create path, which a stat
+// answers from memory while the record is unchanged.
+func BenchmarkGet(b *testing.B) {
+	fake, err := exec.LookPath("true")
+	if err != nil {
+		b.Fatal(err)
+	}
+	layers, err := overlay.New(b.TempDir(), overlay.WithPoolSize(0), overlay.WithMkfs(fake))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer layers.Close()
+	s, err := New(b.TempDir(), layers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	img := sandbox.Image{Name: "bench", TopLayer: "top", Env: []string{"PATH=/bin"}, Workdir: "/"}
+	if err := s.write(record{Image: img, Source: "import"}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.Get(b.Context(), "bench"); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,6 +1,10 @@
 package network
 
-import "github.com/corral-sandbox/corral/internal/netpolicy"
+import (
+	"slices"
+
+	"github.com/corral-sandbox/corral/internal/netpolicy"
+)
 
 // Limits bound one box's egress.
 type Limits struct {
@@ -27,6 +31,23 @@ type Settings struct {
 	Allow   []string       `json:"allow,omitempty"`
 	Limits  Limits         `json:"limits,omitzero"`
 	Secrets []SecretRef    `json:"secrets,omitempty"`
+}
+
+// Clone returns a copy of s that shares no memory with it (nil for nil).
+func (s *Settings) Clone() *Settings {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Allow = slices.Clone(s.Allow)
+	if s.Secrets != nil {
+		c.Secrets = make([]SecretRef, len(s.Secrets))
+		for i, r := range s.Secrets {
+			r.Hosts = slices.Clone(r.Hosts)
+			c.Secrets[i] = r
+		}
+	}
+	return &c
 }
 
 // Attached reports whether settings need the box's namespace wired: any

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"slices"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/mount"
@@ -145,4 +146,12 @@ type Image struct {
 	Memory string `json:"memory,omitempty"`
 	// Origin is the ID of the sandbox a snapshot was taken of.
 	Origin string `json:"origin,omitempty"`
+}
+
+// Clone returns a copy of img that shares no memory with it.
+func (img Image) Clone() Image {
+	img.Env = slices.Clone(img.Env)
+	img.Binds = slices.Clone(img.Binds)
+	img.Network = img.Network.Clone()
+	return img
 }
