@@ -159,14 +159,12 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		req.Network = img.Network
 	}
 	if req.Network != nil {
-		set := *req.Network
+		set := req.Network.Clone()
 		if set.Mode == "" && req.Base == nil && img.Network != nil {
 			// Only secrets (or limits) asked for: the image's policy stays.
-			set.Mode, set.Allow = img.Network.Mode, img.Network.Allow
+			set.Mode, set.Allow = img.Network.Mode, slices.Clone(img.Network.Allow)
 		}
-		set.Allow = slices.Clone(set.Allow)
-		set.Secrets = slices.Clone(set.Secrets)
-		p.rec.Network = &set
+		p.rec.Network = set
 		if p.rec.Env == nil {
 			p.rec.Env = map[string]string{}
 		}
