@@ -121,7 +121,7 @@ func New(root string, layers *overlay.Store, opts ...Opt) (*Store, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	s := &Store{root: root, layers: layers, opts: o}
+	s := &Store{root: root, layers: layers, opts: o, got: map[string]gotRecord{}}
 	if err := s.migrate(context.Background()); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
@@ -186,21 +186,16 @@ func (s *Store) Get(ctx context.Context, name string) (sandbox.Image, error) {
 		}
 	}
 	r, err := s.read(name)
+	s.getMu.Lock()
 	if err == nil && statErr == nil {
 		// A file replaced between the stat and the read is cached under
 		// the stat of the old one, which the next Get's stat does not
 		// match: it reads again.
-		s.getMu.Lock()
-		if s.got == nil {
-			s.got = map[string]gotRecord{}
-		}
 		s.got[name] = gotRecord{img: r.Image.Clone(), file: fi}
-		s.getMu.Unlock()
 	} else {
-		s.getMu.Lock()
 		delete(s.got, name)
-		s.getMu.Unlock()
 	}
+	s.getMu.Unlock()
 	if errors.Is(err, fs.ErrNotExist) {
 		var names []string
 		if imgs, lerr := s.List(ctx); lerr == nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
-func newStores(t *testing.T, opts ...Opt) (*Store, *overlay.Store) {
+func newStores(t testing.TB, opts ...Opt) (*Store, *overlay.Store) {
 	t.Helper()
 	fake, err := exec.LookPath("true") // Prepare without a real mkfs
 	if err != nil {
@@ -347,19 +347,7 @@ func TestGetCached(t *testing.T) {
 // BenchmarkGet is Get of an image on the create path, which a stat
 // answers from memory while the record is unchanged.
 func BenchmarkGet(b *testing.B) {
-	fake, err := exec.LookPath("true")
-	if err != nil {
-		b.Fatal(err)
-	}
-	layers, err := overlay.New(b.TempDir(), overlay.WithPoolSize(0), overlay.WithMkfs(fake))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer layers.Close()
-	s, err := New(b.TempDir(), layers)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, _ := newStores(b)
 	img := sandbox.Image{Name: "bench", TopLayer: "top", Env: []string{"PATH=/bin"}, Workdir: "/"}
 	if err := s.write(record{Image: img, Source: "import"}); err != nil {
 		b.Fatal(err)
