@@ -86,9 +86,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		clock := newIdleClock(cfg.IdleExit, !cfg.Warm || s.state.get().Used, s.busy, func() { close(s.idle) })
 		s.proc.onEnd = clock.poke
 		s.handler = clock.wrap(mux, func() {
-			if err := s.state.update(func(st *agentState) { st.Used = true }); err != nil {
-				log.G(ctx).Warn("keep state for the next agent", "error", err)
-			}
+			// Only a later agent reads this, and this one cannot exit
+			// before the request ends: keep the write (JSON and two
+			// system calls) off the warm box's first request.
+			go func() {
+				if err := s.state.update(func(st *agentState) { st.Used = true }); err != nil {
+					log.G(ctx).Warn("keep state for the next agent", "error", err)
+				}
+			}()
 		})
 	}
 	return s, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -176,5 +177,89 @@ func TestLookupUserWithoutPasswd(t *testing.T) {
 		if err != nil && !errors.Is(err, errInvalidArgument) {
 			t.Errorf("lookupUser(%q) error = %v; want an invalid argument", tc.name, err)
 		}
+	}
+}
+
+// TestLookupUserCache checks that user lookups are answered from memory
+// while passwd and group are unchanged, and read again when either is
+// edited in place or replaced.
+func TestLookupUserCache(t *testing.T) {
+	dir := t.TempDir()
+	passwd, group := dir+"/passwd", dir+"/group"
+	mustWriteU(t, passwd, "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n")
+	mustWriteU(t, group, "dev:x:50:alice\n")
+	c := &userCache{max: 64}
+	look := func(name string, wantUID uint32, wantGroups []uint32, wantReads int) {
+		t.Helper()
+		acc, err := c.lookup(passwd, group, name)
+		if err != nil {
+			t.Fatalf("lookup(%q): %v", name, err)
+		}
+		if acc.UID != wantUID || !slices.Equal(acc.Groups, wantGroups) {
+			t.Errorf("lookup(%q) = uid %d groups %v; want %d %v", name, acc.UID, acc.Groups, wantUID, wantGroups)
+		}
+		if c.reads != wantReads {
+			t.Errorf("after lookup(%q) the files were read %d times; want %d", name, c.reads, wantReads)
+		}
+		if len(acc.Groups) > 0 {
+			acc.Groups[0] = 99 // a caller's change must not reach the cache
+		}
+	}
+	look("alice", 1000, []uint32{1000, 50}, 1)
+	look("alice", 1000, []uint32{1000, 50}, 1) // from memory
+	look("1000", 1000, []uint32{1000, 50}, 2)  // another key is read once
+	look("1000", 1000, []uint32{1000, 50}, 2)
+	for want := 3; want <= 4; want++ { // failures are not kept
+		if _, err := c.lookup(passwd, group, "bob"); err == nil || c.reads != want {
+			t.Errorf("lookup(bob) = %v after %d reads; want an error after %d", err, c.reads, want)
+		}
+	}
+
+	// Edited in place: a new size.
+	f, err := os.OpenFile(passwd, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("bob:x:1001:1001::/home/bob:/bin/sh\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	look("alice", 1000, []uint32{1000, 50}, 5)
+	look("bob", 1001, []uint32{1001}, 6)
+
+	// Replaced by a file of the same size and time: another inode.
+	st, err := os.Stat(passwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(passwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dir + "/passwd.new"
+	mustWriteU(t, tmp, strings.Replace(string(old), "alice:x:1000", "alice:x:1002", 1))
+	if err := os.Chtimes(tmp, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, passwd); err != nil {
+		t.Fatal(err)
+	}
+	look("alice", 1002, []uint32{1000, 50}, 7) // the gid stays 1000
+
+	// The group file counts too, and so does its removal.
+	mustWriteU(t, group, "dev:x:50:alice\nops:x:60:alice\n")
+	look("alice", 1002, []uint32{1000, 50, 60}, 8)
+	if err := os.Remove(group); err != nil {
+		t.Fatal(err)
+	}
+	look("alice", 1002, nil, 9) // no group file: no groups
+	look("alice", 1002, nil, 9)
+
+	// The cache starts over when full.
+	c.max = 2
+	look("root", 0, nil, 10)
+	look("bob", 1001, nil, 11)
+	if len(c.entries) > c.max {
+		t.Errorf("cache holds %d entries; want at most %d", len(c.entries), c.max)
 	}
 }

