@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -307,7 +308,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if r.rootfs, err = busyboxRootfs(cfg.WorkDir); err != nil {
 		return nil, err
 	}
-	for _, s := range cfg.Sections {
+	for i, s := range cfg.Sections {
+		if i > 0 {
+			r.settle(ctx)
+		}
 		switch s {
 		case SectionLifecycle:
 			r.lifecycle(ctx)
@@ -333,6 +337,41 @@ func peerNames(cfg Config) []string {
 		}
 	}
 	return names
+}
+
+// Before each section but the first, the bench lets the host settle: the
+// ops section writes 1 GiB into boxes and removes them, and the kernel
+// goes on writing back and discarding for seconds afterwards, which the
+// next section would measure as its own (create+rm with 4 clients right
+// after it: 105.8/s and 89.2/s in the tenth and eleventh runs; the same
+// build alone minutes later: 109.3 to 117.9/s).
+const (
+	settleBusy = 0.10             // host CPU busy fraction that counts as settled
+	settleMax  = 30 * time.Second // then the section runs anyway
+)
+
+// settle flushes dirty data (sync) and waits until the host's CPUs were
+// at most settleBusy busy over half a second, or settleMax has passed.
+func (r *run) settle(ctx context.Context) {
+	start := time.Now()
+	syscall.Sync()
+	for ctx.Err() == nil && time.Since(start) < settleMax {
+		b0, err := cpuBusy()
+		if err != nil {
+			return
+		}
+		t0 := time.Now()
+		sleep(ctx, 500*time.Millisecond)
+		b1, err := cpuBusy()
+		if err != nil {
+			return
+		}
+		if busy := float64(b1-b0) / float64(time.Since(t0)) / float64(runtimeNumCPU()); busy <= settleBusy {
+			r.progress("host settled in %s", time.Since(start).Round(time.Millisecond))
+			return
+		}
+	}
+	r.progress("host still busy after %s: going on", settleMax)
 }
 
 func (r *run) progress(format string, args ...any) {
