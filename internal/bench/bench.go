@@ -341,10 +341,10 @@ func peerNames(cfg Config) []string {
 
 // Before each section but the first, the bench lets the host settle: the
 // ops section writes 1 GiB into boxes and removes them, and the kernel
-// goes on writing back and discarding for seconds afterwards, which the
-// next section would measure as its own (create+rm with 4 clients right
-// after it: 105.8/s and 89.2/s in the tenth and eleventh runs; the same
-// build alone minutes later: 109.3 to 117.9/s).
+// goes on writing back and discarding afterwards, which the next section
+// would measure as its own (create+rm with 4 clients right after it: 89.2/s
+// in a run of commit 5c0e5c9; the same build alone minutes later: 109.3 to
+// 117.9/s).
 const (
 	settleBusy = 0.10             // host CPU busy fraction that counts as settled
 	settleMax  = 30 * time.Second // then the section runs anyway

@@ -231,18 +231,27 @@ func TestPoolHandOutFails(t *testing.T) {
 
 // TestPoolRestart: a restarted daemon removes the pooled boxes it finds and
 // refills the saved pools with new ones.
-func TestPoolRestart(t *testing.T) {
+// startPool starts a manager with a state directory and a pool of size
+// boxes of image "host", and waits until the pool is full.
+func startPool(t *testing.T, size int) (*sandboxtest.Env, *sandbox.Manager) {
+	t.Helper()
 	ctx := testutil.Context(t)
 	env := sandboxtest.NewEnv()
 	env.StateDir = t.TempDir()
-	m1 := newManager(t, env)
-	if err := m1.Start(ctx, nil); err != nil {
+	m := newManager(t, env)
+	if err := m.Start(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m1.SetPool(ctx, sandbox.PoolSpec{Image: "host", Size: 1}); err != nil {
+	if _, err := m.SetPool(ctx, sandbox.PoolSpec{Image: "host", Size: size}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pool to fill", func() bool { return ready(m1) == 1 })
+	eventually(t, "the pool to fill", func() bool { return ready(m) == size })
+	return env, m
+}
+
+func TestPoolRestart(t *testing.T) {
+	ctx := testutil.Context(t)
+	env, m1 := startPool(t, 1)
 	old := env.Runtime.IDs()
 	m1.Close()
 
@@ -373,16 +382,7 @@ func storedRecord(t *testing.T, env *sandboxtest.Env, id string) *sandbox.Record
 // pooled).
 func TestPoolHandOutRecorded(t *testing.T) {
 	ctx := testutil.Context(t)
-	env := sandboxtest.NewEnv()
-	env.StateDir = t.TempDir()
-	m1 := newManager(t, env)
-	if err := m1.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m1.SetPool(ctx, sandbox.PoolSpec{Image: "host", Size: 2}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the pool to fill", func() bool { return ready(m1) == 2 })
+	env, m1 := startPool(t, 2)
 
 	// Quiet: written within the delay.
 	a := mustCreate(t, m1, sandbox.CreateRequest{Image: "host", Name: "quiet"})
