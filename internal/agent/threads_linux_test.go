@@ -18,9 +18,11 @@ func TestReserveThreads(t *testing.T) {
 	if got > target+2 {
 		t.Errorf("reserveThreads(%d) left %d threads (had %d): it made more than the missing ones", target, got, before)
 	}
-	// The threads stay: a second call creates none.
-	if again := reserveThreads(target); again != got {
-		t.Errorf("second reserveThreads(%d) = %d; want %d (no new threads)", target, again, got)
+	// The threads stay: a second call creates none. (The runtime may
+	// again start one of its own meanwhile: seen once under the race
+	// detector, 18 after 17.)
+	if again := reserveThreads(target); again < got || again > got+1 {
+		t.Errorf("second reserveThreads(%d) = %d; want %d (no new threads; one of the runtime's own at most)", target, again, got)
 	}
 }
 
