@@ -16,6 +16,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
 )
 
 // DefaultConfigPath is where corral serve looks for its configuration.
@@ -80,6 +81,13 @@ type Config struct {
 	// DiskFlush makes a sandbox's fsync reach the host's disk; off, disks
 	// are mounted nobarrier (see overlay.Config.DiskFlush).
 	DiskFlush bool `toml:"disk_flush"`
+	// DiskDirectIO attaches sandboxes' disks to their loop devices with
+	// direct I/O (default false; see overlay.Config.DiskDirectIO).
+	DiskDirectIO bool `toml:"disk_direct_io"`
+	// DiskVolumeDirtyBytes caps the dirty host page cache of the disk
+	// images on the disk volume (default 32 MiB, 0 = the kernel's limits;
+	// see overlay.Config.DiskVolumeDirtyBytes).
+	DiskVolumeDirtyBytes int64 `toml:"disk_volume_dirty_bytes"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
 	// DebianMirror is the mirror `corral image bootstrap` uses; empty means
@@ -138,16 +146,17 @@ func (c Config) agentIdleExit() time.Duration {
 // DefaultConfig returns the built-in defaults.
 func DefaultConfig() Config {
 	return Config{
-		Version:        1,
-		Root:           "/var/lib/corral",
-		RunDir:         "/run/corral",
-		RunDirTmpfs:    true,
-		Socket:         "/run/corral/corral.sock",
-		DefaultRuntime: "crun",
-		Runtimes:       []string{"crun", "runc"},
-		CgroupParent:   "corral",
-		DefaultImage:   sandbox.DefaultImage,
-		AgentIdleExit:  DefaultAgentIdleExit,
+		Version:              1,
+		Root:                 "/var/lib/corral",
+		RunDir:               "/run/corral",
+		RunDirTmpfs:          true,
+		DiskVolumeDirtyBytes: overlay.DefaultVolumeDirtyBytes,
+		Socket:               "/run/corral/corral.sock",
+		DefaultRuntime:       "crun",
+		Runtimes:             []string{"crun", "runc"},
+		CgroupParent:         "corral",
+		DefaultImage:         sandbox.DefaultImage,
+		AgentIdleExit:        DefaultAgentIdleExit,
 		Resources: Resources{
 			CPUs:        sandbox.DefaultCPUs,
 			MemoryBytes: sandbox.DefaultMemoryBytes,
@@ -230,6 +239,8 @@ func (c Config) Validate() error {
 		return bad("agent_binary %q must be an absolute path", c.AgentBinary)
 	case c.agentIdleExit() < 0:
 		return bad("agent_idle_exit %q must be a duration such as \"30s\", \"5m\" or \"0\" (never)", c.AgentIdleExit)
+	case c.DiskVolumeDirtyBytes < 0:
+		return bad("disk_volume_dirty_bytes %d must be 0 (the kernel's limits) or a size in bytes", c.DiskVolumeDirtyBytes)
 	case c.Resources.CPUs < 0 || c.Resources.MemoryBytes < 0 || c.Resources.DiskBytes < 0 || c.Resources.Pids < 0:
 		return bad("resources must not be negative")
 	case c.Resources.MemoryBytes != 0 && c.Resources.MemoryBytes < sandbox.MinMemoryBytes:

@@ -48,6 +48,9 @@ pids = 256
 		{"agent idle exit negative", "version = 1\nagent_idle_exit = \"-1s\"\n", "agent_idle_exit"},
 		{"disk flush", "version = 1\ndisk_flush = true\n", ""},
 		{"disk flush not a bool", "version = 1\ndisk_flush = \"yes\"\n", "line 2: disk_flush: got a string, want bool"},
+		{"disk direct io", "version = 1\ndisk_direct_io = true\n", ""},
+		{"volume dirty bytes off", "version = 1\ndisk_volume_dirty_bytes = 0\n", ""},
+		{"volume dirty bytes negative", "version = 1\ndisk_volume_dirty_bytes = -1\n", "disk_volume_dirty_bytes -1 must be 0"},
 		{"nested type", "version = 1\n[resources]\npids = \"many\"\n", "line 3: resources.pids: got a string, want int64"},
 	}
 	for _, tc := range tests {
@@ -82,6 +85,12 @@ pids = 256
 	}
 	if cfg, err := LoadConfig(write("version = 1\ndisk_flush = true\n")); err != nil || !cfg.DiskFlush {
 		t.Errorf("LoadConfig(disk_flush = true) = %v, %v; want DiskFlush", cfg.DiskFlush, err)
+	}
+	if c := DefaultConfig(); c.DiskDirectIO || c.DiskVolumeDirtyBytes != 32<<20 {
+		t.Errorf("default disk_direct_io = %v, disk_volume_dirty_bytes = %d; want false, 32 MiB", c.DiskDirectIO, c.DiskVolumeDirtyBytes)
+	}
+	if cfg, err := LoadConfig(write("version = 1\ndisk_volume_dirty_bytes = 0\ndisk_direct_io = true\n")); err != nil || cfg.DiskVolumeDirtyBytes != 0 || !cfg.DiskDirectIO {
+		t.Errorf("LoadConfig(disk_volume_dirty_bytes = 0, disk_direct_io = true) = %d, %v, %v; want 0, true", cfg.DiskVolumeDirtyBytes, cfg.DiskDirectIO, err)
 	}
 	if d := (Config{AgentIdleExit: "0"}).agentIdleExit(); d != 0 {
 		t.Errorf("agent_idle_exit 0 = %v, want 0 (never)", d)

@@ -117,6 +117,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	ocfg.PoolSize = cfg.DiskPoolSize
 	ocfg.DiskVolume = cfg.DiskVolume
 	ocfg.DiskFlush = cfg.DiskFlush
+	ocfg.DiskDirectIO = cfg.DiskDirectIO
+	ocfg.DiskVolumeDirtyBytes = cfg.DiskVolumeDirtyBytes
 	if err := ocfg.Validate(); err != nil {
 		return nil, err
 	}

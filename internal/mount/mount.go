@@ -17,7 +17,8 @@ type Mount struct {
 	Target string `json:"target,omitempty"`
 	// Options are fstab-style options: flags such as "ro", "nosuid", "nodev",
 	// "noexec", "bind", "rbind", "loop", and data options such as
-	// "lowerdir=...", "size=...".
+	// "lowerdir=...", "size=...". "direct-io" (with "loop") attaches the
+	// file to its loop device with direct I/O (as losetup --direct-io=on).
 	Options []string `json:"options,omitempty"`
 }
 

@@ -33,13 +33,24 @@ var flagOptions = map[string]struct {
 	"strictatime": {false, unix.MS_STRICTATIME},
 }
 
-// parseOptions splits options into mount flags, the data string and whether
-// a loop device is wanted.
-func parseOptions(opts []string) (flags uintptr, data string, loop bool) {
+// loopOptions are the options that say how a file is attached to a loop
+// device; they are not passed to mount(2).
+type loopOptions struct {
+	attach   bool // "loop": Source is a file to attach to a free loop device
+	directIO bool // "direct-io": the device reads and writes the file with O_DIRECT
+}
+
+// parseOptions splits options into mount flags, the data string and the
+// loop device options.
+func parseOptions(opts []string) (flags uintptr, data string, loop loopOptions) {
 	var d []string
 	for _, o := range opts {
-		if o == "loop" {
-			loop = true
+		switch o {
+		case "loop":
+			loop.attach = true
+			continue
+		case "direct-io":
+			loop.directIO = true
 			continue
 		}
 		if f, ok := flagOptions[o]; ok {
@@ -82,8 +93,11 @@ func All(ms []Mount, root string) error {
 func (m Mount) Mount(target string) error {
 	flags, data, loop := parseOptions(m.Options)
 	source := m.Source
-	if loop {
-		dev, err := attachLoop(source, flags&unix.MS_RDONLY != 0)
+	if loop.directIO && !loop.attach {
+		return fmt.Errorf("mount %s on %s: option direct-io needs option loop", m.Source, target)
+	}
+	if loop.attach {
+		dev, err := attachLoop(source, flags&unix.MS_RDONLY != 0, loop.directIO)
 		if err != nil {
 			return fmt.Errorf("mount %s on %s: %w", m.Source, target, err)
 		}
@@ -132,8 +146,11 @@ func Unmount(target string) error {
 }
 
 // attachLoop attaches file to a free loop device with autoclear set and
-// returns the open device.
-func attachLoop(file string, readonly bool) (*os.File, error) {
+// returns the open device. With directIO the device reads and writes file
+// with O_DIRECT, so that its data is not cached a second time in file's
+// page cache; where file's file system cannot (no O_DIRECT, or a sector
+// larger than the device's block size), the kernel attaches it buffered.
+func attachLoop(file string, readonly, directIO bool) (*os.File, error) {
 	mode := os.O_RDWR
 	if readonly {
 		mode = os.O_RDONLY
@@ -161,6 +178,9 @@ func attachLoop(file string, readonly bool) (*os.File, error) {
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 		if readonly {
 			cfg.Info.Flags |= unix.LO_FLAGS_READ_ONLY
+		}
+		if directIO {
+			cfg.Info.Flags |= unix.LO_FLAGS_DIRECT_IO
 		}
 		copy(cfg.Info.File_name[:], file)
 		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)

@@ -39,6 +39,31 @@ type Config struct {
 	// long as its sandbox, which a host crash ends anyway; unmounting a
 	// disk then costs half as much.
 	DiskFlush bool `toml:"disk_flush"`
+	// DiskDirectIO attaches a sandbox's disk image to its loop device with
+	// direct I/O: what the sandbox writes goes to the image's blocks when
+	// its own file system writes it back, never waits in the host's page
+	// cache, and is not cached there a second time. A fork, snapshot or
+	// suspend then reflinks the image at once, however much the sandbox
+	// just wrote. Off (the default), short-lived sandboxes are cheaper:
+	// what they write and remove mostly never reaches the host's disk (on our CI
+	// machine 120 against 86 create+rm per second, 12.6 against 16.4 ms of
+	// CPU each), and their O_DSYNC writes stop in the host's page cache
+	// (0.09 against 0.25 ms per 4 KiB write). On the disk volume
+	// DiskVolumeDirtyBytes bounds what a first copy waits for; turn this
+	// on where disks live on the host's own file system (XFS or btrfs
+	// root) and forks must not wait for a write-back. Where the image's
+	// file system cannot do direct I/O the device is buffered either way.
+	DiskDirectIO bool `toml:"disk_direct_io"`
+	// DiskVolumeDirtyBytes caps the host page cache that disk images on
+	// the disk volume may hold dirty (the volume loop device's writeback
+	// limit, strict). A fork, snapshot or suspend reflinks a disk image,
+	// and a reflink first writes back the image's dirty pages: without a
+	// cap, all that the sandbox wrote in the last 30 s (the kernel's
+	// dirty_expire), 0.3 to 0.55 s per GiB on our CI machine; with it,
+	// at most this much. A sandbox writing faster than the host's disk is
+	// slowed down once the cap is reached. 0 leaves the kernel's limits.
+	// Default 32 MiB; ignored without a volume.
+	DiskVolumeDirtyBytes int64 `toml:"disk_volume_dirty_bytes"`
 }
 
 // Defaults.
@@ -46,6 +71,7 @@ const (
 	DefaultRoot             = "/var/lib/corral/overlay"
 	DefaultDiskBytes        = 10 << 30
 	DefaultPoolSize         = 4
+	DefaultVolumeDirtyBytes = 32 << 20
 	MinDiskBytes            = 4 << 20
 	maxLowerDirOptionLength = 3500 // mount data is one page (4096) with upper/work dirs
 )
@@ -58,7 +84,7 @@ const (
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Root: DefaultRoot, DefaultDiskBytes: DefaultDiskBytes, PoolSize: DefaultPoolSize, DiskVolume: DiskVolumeAuto}
+	return Config{Root: DefaultRoot, DefaultDiskBytes: DefaultDiskBytes, PoolSize: DefaultPoolSize, DiskVolume: DiskVolumeAuto, DiskVolumeDirtyBytes: DefaultVolumeDirtyBytes}
 }
 
 // Validate checks c.
@@ -68,6 +94,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultDiskBytes != 0 && c.DefaultDiskBytes < MinDiskBytes {
 		return fmt.Errorf("default_disk_bytes %d is below the minimum %d: %w", c.DefaultDiskBytes, MinDiskBytes, errdefs.ErrInvalidArgument)
+	}
+	if c.DiskVolumeDirtyBytes < 0 {
+		return fmt.Errorf("disk_volume_dirty_bytes %d must be 0 (the kernel's limits) or a size in bytes: %w", c.DiskVolumeDirtyBytes, errdefs.ErrInvalidArgument)
 	}
 	return validateDiskVolume(c.DiskVolume)
 }
@@ -100,7 +129,10 @@ func (c Config) Opts() []Opt {
 	if c.DiskFlush {
 		opts = append(opts, WithDiskFlush(true))
 	}
-	return opts
+	if c.DiskDirectIO {
+		opts = append(opts, WithDiskDirectIO(true))
+	}
+	return append(opts, WithVolumeDirtyBytes(c.DiskVolumeDirtyBytes))
 }
 
 // Opt configures New.
@@ -113,6 +145,8 @@ type options struct {
 	diskVolume       string
 	mkfsXFS          string
 	diskFlush        bool
+	diskDirectIO     bool
+	volumeDirtyBytes int64
 	logger           *slog.Logger
 }
 
@@ -140,6 +174,15 @@ func WithMkfsXFS(path string) Opt { return func(o *options) { o.mkfsXFS = path }
 // WithDiskFlush makes sandboxes' flushes reach the host's disk (see
 // Config.DiskFlush); by default disks are mounted nobarrier.
 func WithDiskFlush(on bool) Opt { return func(o *options) { o.diskFlush = on } }
+
+// WithDiskDirectIO attaches sandboxes' disk images to their loop devices
+// with direct I/O (see Config.DiskDirectIO); by default they are buffered.
+func WithDiskDirectIO(on bool) Opt { return func(o *options) { o.diskDirectIO = on } }
+
+// WithVolumeDirtyBytes caps the dirty page cache of disk images on the disk
+// volume (default DefaultVolumeDirtyBytes; 0: the kernel's limits; see
+// Config.DiskVolumeDirtyBytes).
+func WithVolumeDirtyBytes(n int64) Opt { return func(o *options) { o.volumeDirtyBytes = max(n, 0) } }
 
 // WithLogger sets the logger of the store's own work (New, Close and the
 // pool filler); methods log to the logger of their ctx.

@@ -137,7 +137,7 @@ type activeMeta struct {
 // removes scratch left by a crash and starts the pool filler. Close stops
 // it.
 func New(root string, opts ...Opt) (_ *Store, retErr error) {
-	o := options{defaultDiskBytes: DefaultDiskBytes, poolSize: DefaultPoolSize}
+	o := options{defaultDiskBytes: DefaultDiskBytes, poolSize: DefaultPoolSize, volumeDirtyBytes: DefaultVolumeDirtyBytes}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -197,7 +197,7 @@ func New(root string, opts ...Opt) (_ *Store, retErr error) {
 		_ = os.RemoveAll(s.path("templates"))
 	}
 	s.reflink = canReflink(filepath.Join(s.disks, "tmp"))
-	log.G(ctx).Info("overlay disk store", "dir", s.disks, "reflink", s.reflink, "volume", s.vol != nil, "flush", s.opts.diskFlush)
+	log.G(ctx).Info("overlay disk store", "dir", s.disks, "reflink", s.reflink, "volume", s.vol != nil, "flush", s.opts.diskFlush, "direct_io", s.opts.diskDirectIO, "volume_dirty_bytes", s.opts.volumeDirtyBytes)
 	if err := s.loadPool(); err != nil {
 		return nil, err
 	}
@@ -242,6 +242,11 @@ func (s *Store) openVolume(ctx context.Context) error {
 		return err
 	}
 	s.vol, s.disks = v, v.dir
+	if v.device != "" {
+		if err := limitDirty(v.device, s.opts.volumeDirtyBytes); err != nil {
+			log.G(ctx).Warn("disk volume: cannot limit its dirty page cache; a fork right after a large write waits for the write-back", "device", v.device, "error", err)
+		}
+	}
 	return nil
 }
 

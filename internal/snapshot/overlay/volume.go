@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ type volume struct {
 	// unmount it. A file system mounted there by someone else is used but
 	// never unmounted.
 	owned bool
+	// device is the loop device of an owned volume ("/dev/loopN"), when
+	// known.
+	device string
 	// fd is an O_PATH descriptor of dir's root: mount sources of disks on
 	// the volume go through /proc/<pid>/fd/<fd>, so that they resolve in
 	// every mount namespace of this process, also in one made before the
@@ -80,6 +84,9 @@ func openVolume(ctx context.Context, dir, image, mkfsXFS string) (*volume, error
 		}
 		if dev != nil {
 			v.owned = dev.Name() == src
+			if v.owned {
+				v.device = src
+			}
 			dev.Close()
 		}
 		log.G(ctx).Info("disk volume already mounted", "dir", dir, "source", src, "type", fstype, "ours", v.owned)
@@ -110,6 +117,7 @@ func openVolume(ctx context.Context, dir, image, mkfsXFS string) (*volume, error
 		// Direct I/O from the loop device to the image: the volume's file
 		// system caches the disk images' pages already, the host's page
 		// cache would hold them a second time.
+		v.device = loop
 		dio := setDirectIO(loop) == nil
 		log.G(ctx).Info("disk volume mounted", "dir", dir, "image", image, "device", loop, "device_reused", dev != nil, "direct_io", dio)
 	}
@@ -256,6 +264,35 @@ func setDirectIO(dev string) error {
 	}
 	defer unix.Close(fd)
 	return unix.IoctlSetInt(fd, unix.LOOP_SET_DIRECT_IO, 1)
+}
+
+// limitDirty caps the page cache that files on the volume dev may hold
+// dirty at n bytes (the device's writeback settings: strict_limit and
+// max_bytes, or before Linux 6.2 max_ratio 1, a hundredth of the host's
+// dirty limit). Disk images are written through a buffered loop device
+// each, so a box's writes wait in the image's page cache until written
+// back (after 30 s by default), and the first reflink of the image (fork,
+// snapshot, suspend) must write back all of them first. n == 0 restores
+// the kernel's defaults (no limit of the device's own).
+func limitDirty(dev string, n int64) error {
+	bdi := filepath.Join("/sys/block", filepath.Base(dev), "bdi")
+	set := func(name, value string) error {
+		return os.WriteFile(filepath.Join(bdi, name), []byte(value), 0)
+	}
+	if n == 0 {
+		if err := set("strict_limit", "0"); err != nil {
+			return err
+		}
+		return set("max_ratio", "100")
+	}
+	err := set("max_bytes", strconv.FormatInt(n, 10))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = set("max_ratio", "1")
+	}
+	if err != nil {
+		return err
+	}
+	return set("strict_limit", "1")
 }
 
 // canReflink reports whether files in dir can be reflinked (FICLONE).
