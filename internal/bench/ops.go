@@ -88,7 +88,12 @@ func (r *run) fork(ctx context.Context, n int64, memory bool) ([]time.Duration, 
 		return nil, err
 	}
 	defer r.remove(ctx, id)
-	if err := r.exec(ctx, id, "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /fork.data && sync", n)); err != nil {
+	// sync -f flushes the box's own file system (syncfs), as an agent's
+	// fsync would: its data is then on the box's disk image, and what the
+	// host still holds of the image in its page cache is not flushed. A
+	// plain sync (sync(2)) would also flush the host's file systems, in an
+	// order that decides how much of the image stays dirty.
+	if err := r.exec(ctx, id, "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /fork.data && sync -f /fork.data", n)); err != nil {
 		return nil, fmt.Errorf("write %s: %w", sizeName(n), err)
 	}
 	var s []time.Duration

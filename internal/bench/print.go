@@ -207,9 +207,12 @@ func printTargets(w io.Writer, rep *Report) {
 	}
 	small, big := rep.result(ForkName(1<<20)), rep.result(ForkName(1<<30))
 	if small != nil && big != nil && small.Median > 0 && big.Median > 0 {
-		fmt.Fprintf(w, "fork after 1 GiB written / after 1 MiB written: %.2fx (%s vs %s)\n",
-			float64(big.Median)/float64(small.Median), ms(big.Median), ms(small.Median))
-		fmt.Fprintf(w, "target fork <= 50 ms, flat in the data written: %s (%s after 1 GiB)\n", verdict(big.Median <= 50*time.Millisecond), ms(big.Median))
+		fmt.Fprintf(w, "fork after 1 GiB written / after 1 MiB written: %.2fx (%s vs %s); the first fork after the write: %s vs %s\n",
+			float64(big.Median)/float64(small.Median), ms(big.Median), ms(small.Median), ms(big.First), ms(small.First))
+		// The first fork counts too: it is the one that would wait for the
+		// host to write back what the sandbox just wrote.
+		met := big.Median <= 50*time.Millisecond && big.First <= 50*time.Millisecond
+		fmt.Fprintf(w, "target fork <= 50 ms, flat in the data written: %s (%s after 1 GiB, the first %s)\n", verdict(met), ms(big.Median), ms(big.First))
 	}
 	if r := rep.result(NameResume); r != nil && r.Err == "" && r.Median > 0 {
 		fmt.Fprintf(w, "target memory restore <= 100 ms for a small process tree: %s (resume of a suspended box %s)\n", verdict(r.Median <= 100*time.Millisecond), ms(r.Median))
