@@ -96,13 +96,15 @@ func prepareMounted(t *testing.T, s *Store, key, parent string, opts sandbox.Pre
 	if err != nil {
 		t.Fatalf("Prepare(%q, %+v) = %v", key, opts, err)
 	}
-	b := &layerBox{key: key, ms: ms, root: mountRoot(t, ms)}
+	// Removed also when the mount fails: a writable layer left behind
+	// keeps the store's disk volume mounted after the test.
 	t.Cleanup(func() {
-		unmountRoot(t, ms, b.root)
 		if err := s.Remove(ctx, key); err != nil {
 			t.Errorf("Remove(%q) = %v", key, err)
 		}
 	})
+	b := &layerBox{key: key, ms: ms, root: mountRoot(t, ms)}
+	t.Cleanup(func() { unmountRoot(t, ms, b.root) })
 	return b
 }
 

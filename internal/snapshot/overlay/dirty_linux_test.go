@@ -84,10 +84,26 @@ func TestVolumeDirtyLimit(t *testing.T) {
 	if err := s.CreateLayer(ctx, "base", "", writeFile("a", "x")); err != nil {
 		t.Fatal(err)
 	}
-	b := prepareMounted(t, s, "sb", "base", sandbox.PrepareOpts{})
+	ms, err := s.Prepare(ctx, "sb", "base", sandbox.PrepareOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &layerBox{key: "sb", ms: ms, root: mountRoot(t, ms)}
 	fillDisk(t, b, 256<<20)
 	if _, dirty := imageCache(t, b.ms[0].Source); dirty > 2*DefaultVolumeDirtyBytes {
 		t.Errorf("after writing 256 MiB and syncfs, the disk image holds %d MiB dirty; want at most about %d MiB", dirty>>20, DefaultVolumeDirtyBytes>>20)
+	}
+	unmountRoot(t, ms, b.root)
+	if err := s.Remove(ctx, "sb"); err != nil {
+		t.Fatal(err)
+	}
+	// An idle Close unmounts the volume: its loop device, free for any
+	// file now, must not keep the limit.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := bdiSetting(t, dev, "strict_limit"); got != "0" {
+		t.Errorf("after the volume was unmounted, %s strict_limit = %s; want 0", dev, got)
 	}
 
 	s0 := newMountedStore(t, DiskVolumeAuto, WithVolumeDirtyBytes(0))

@@ -242,11 +242,7 @@ func (s *Store) openVolume(ctx context.Context) error {
 		return err
 	}
 	s.vol, s.disks = v, v.dir
-	if v.device != "" {
-		if err := limitDirty(v.device, s.opts.volumeDirtyBytes); err != nil {
-			log.G(ctx).Warn("disk volume: cannot limit its dirty page cache; a fork right after a large write waits for the write-back", "device", v.device, "error", err)
-		}
-	}
+	v.setDirtyLimit(ctx, s.opts.volumeDirtyBytes) // also 0: an earlier daemon may have set one
 	return nil
 }
 

@@ -38,6 +38,9 @@ type volume struct {
 	// device is the loop device of an owned volume ("/dev/loopN"), when
 	// known.
 	device string
+	// dirtyBytes is the write-back limit set on device (see limitDirty),
+	// 0 for none.
+	dirtyBytes int64
 	// fd is an O_PATH descriptor of dir's root: mount sources of disks on
 	// the volume go through /proc/<pid>/fd/<fd>, so that they resolve in
 	// every mount namespace of this process, also in one made before the
@@ -153,6 +156,13 @@ func (v *volume) close(ctx context.Context, unmount bool) error {
 	if !unmount || !v.owned {
 		return nil
 	}
+	// A loop device keeps its write-back limit after it detaches, for
+	// whatever file is attached to it next: take it off first, and put it
+	// back if the volume stays.
+	limited := v.dirtyBytes
+	if limited != 0 {
+		v.setDirtyLimit(ctx, 0)
+	}
 	err := unix.Unmount(v.dir, 0)
 	for i := 0; errors.Is(err, unix.EBUSY) && i < 5; i++ {
 		// The last loop device of a disk on it may be detaching still.
@@ -160,11 +170,14 @@ func (v *volume) close(ctx context.Context, unmount bool) error {
 		err = unix.Unmount(v.dir, 0)
 	}
 	if err != nil {
-		if errors.Is(err, unix.EBUSY) {
-			log.G(ctx).Warn("disk volume in use: left mounted", "dir", v.dir)
+		if errors.Is(err, unix.EINVAL) { // not mounted (any more)
 			return nil
 		}
-		if errors.Is(err, unix.EINVAL) { // not mounted (any more)
+		if limited != 0 { // it stays mounted
+			v.setDirtyLimit(ctx, limited)
+		}
+		if errors.Is(err, unix.EBUSY) {
+			log.G(ctx).Warn("disk volume in use: left mounted", "dir", v.dir)
 			return nil
 		}
 		return fmt.Errorf("unmount disk volume %s: %w", v.dir, err)
@@ -264,6 +277,20 @@ func setDirectIO(dev string) error {
 	}
 	defer unix.Close(fd)
 	return unix.IoctlSetInt(fd, unix.LOOP_SET_DIRECT_IO, 1)
+}
+
+// setDirtyLimit sets the write-back limit of the volume's loop device to n
+// bytes (0: none) when the device is known, and logs a failure: the limit
+// only bounds how long a first copy of a disk waits.
+func (v *volume) setDirtyLimit(ctx context.Context, n int64) {
+	if v.device == "" {
+		return
+	}
+	if err := limitDirty(v.device, n); err != nil {
+		log.G(ctx).Warn("disk volume: cannot set its write-back limit; a fork right after a large write waits for the write-back", "device", v.device, "bytes", n, "error", err)
+		return
+	}
+	v.dirtyBytes = n
 }
 
 // limitDirty caps the page cache that files on the volume dev may hold
