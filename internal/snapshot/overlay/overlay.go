@@ -100,6 +100,9 @@ type Store struct {
 
 	// tplMu serialises the making of disk templates (see format).
 	tplMu sync.Mutex
+	// tplChecked holds the templates whose block size was checked (or
+	// that were made) by this store. Guarded by tplMu.
+	tplChecked map[string]bool
 
 	// bg runs deletions of removed writable layers; Close waits for it.
 	bg sync.WaitGroup

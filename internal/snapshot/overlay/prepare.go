@@ -407,7 +407,8 @@ func (s *Store) template(ctx context.Context, size int64, background bool) (stri
 	dir := filepath.Join(s.disks, "templates")
 	tpl := filepath.Join(dir, fmt.Sprintf("ext4-%d.img", size))
 	if _, err := os.Lstat(tpl); err == nil {
-		if ext4BlockSize(tpl) == diskBlockSize {
+		if s.tplChecked[tpl] || ext4BlockSize(tpl) == diskBlockSize {
+			s.checkedTemplate(tpl)
 			return tpl, nil
 		}
 		_ = os.Remove(tpl) // made by an older build: 1 KiB blocks
@@ -459,7 +460,17 @@ func (s *Store) template(ctx context.Context, size int64, background bool) (stri
 		_ = os.Remove(tmp)
 		return "", fmt.Errorf("disk template: %w", err)
 	}
+	s.checkedTemplate(tpl)
 	return tpl, nil
+}
+
+// checkedTemplate records that the template tpl has diskBlockSize blocks.
+// The caller holds tplMu.
+func (s *Store) checkedTemplate(tpl string) {
+	if s.tplChecked == nil {
+		s.tplChecked = map[string]bool{}
+	}
+	s.tplChecked[tpl] = true
 }
 
 // diskBlockSize is the block size of the ext4 file systems on disks. With
