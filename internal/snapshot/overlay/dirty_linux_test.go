@@ -50,7 +50,7 @@ func fillDisk(t *testing.T, b *layerBox, n int) {
 
 func bdiSetting(t *testing.T, dev, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "bdi", name))
+	b, err := os.ReadFile(bdiFile(dev, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestVolumeDirtyLimit(t *testing.T) {
 	if got := bdiSetting(t, dev, "strict_limit"); got != "1" {
 		t.Errorf("%s strict_limit = %s; want 1", dev, got)
 	}
-	if max, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "bdi", "max_bytes")); err == nil {
+	if max, err := os.ReadFile(bdiFile(dev, "max_bytes")); err == nil {
 		// The kernel keeps a ratio of its dirty limit: the bytes read back
 		// are rounded.
 		got, err := strconv.ParseInt(strings.TrimSpace(string(max)), 10, 64)

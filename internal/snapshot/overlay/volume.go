@@ -302,9 +302,8 @@ func (v *volume) setDirtyLimit(ctx context.Context, n int64) {
 // snapshot, suspend) must write back all of them first. n == 0 restores
 // the kernel's defaults (no limit of the device's own).
 func limitDirty(dev string, n int64) error {
-	bdi := filepath.Join("/sys/block", filepath.Base(dev), "bdi")
 	set := func(name, value string) error {
-		return os.WriteFile(filepath.Join(bdi, name), []byte(value), 0)
+		return os.WriteFile(bdiFile(dev, name), []byte(value), 0)
 	}
 	if n == 0 {
 		if err := set("strict_limit", "0"); err != nil {
@@ -320,6 +319,12 @@ func limitDirty(dev string, n int64) error {
 		return err
 	}
 	return set("strict_limit", "1")
+}
+
+// bdiFile is the path of the write-back setting name of loop device dev
+// ("/dev/loopN").
+func bdiFile(dev, name string) string {
+	return filepath.Join("/sys/block", filepath.Base(dev), "bdi", name)
 }
 
 // canReflink reports whether files in dir can be reflinked (FICLONE).
