@@ -1,10 +1,11 @@
 package agent
 
 import (
-	"go/build"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
 // TestDeps keeps the agent small and free of daemon-side code: its
@@ -13,7 +14,7 @@ import (
 // the sources instead of running `go list`, because the agent's reaper in
 // this test process would steal the exit status of any forked child.
 func TestDeps(t *testing.T) {
-	const module = "github.com/corral-sandbox/corral/"
+	const module = testutil.Module
 	allowed := []string{
 		module + "internal/agent",
 		module + "api/gen/",
@@ -39,30 +40,11 @@ func TestDeps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
-	var walk func(importPath string)
-	walk = func(importPath string) {
-		if seen[importPath] {
-			return
+	testutil.WalkImports(t, repo, module+"internal/agent", func(from, imp string) bool {
+		if !isAllowed(imp) {
+			t.Errorf("%s imports %s; the agent may only use %v", from, imp, allowed)
+			return false
 		}
-		seen[importPath] = true
-		dir := filepath.Join(repo, strings.TrimPrefix(importPath, module))
-		pkg, err := build.Default.ImportDir(dir, 0)
-		if err != nil {
-			t.Fatalf("read package %s: %v", importPath, err)
-		}
-		for _, imp := range pkg.Imports {
-			if !isAllowed(imp) {
-				t.Errorf("%s imports %s; the agent may only use %v", importPath, imp, allowed)
-				continue
-			}
-			if strings.HasPrefix(imp, module) {
-				walk(imp)
-			}
-		}
-	}
-	walk(module + "internal/agent")
-	if len(seen) < 2 {
-		t.Errorf("TestDeps saw only %v; want the agent and its module deps", seen)
-	}
+		return true
+	})
 }

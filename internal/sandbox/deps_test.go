@@ -1,12 +1,13 @@
 package sandbox
 
 import (
-	"go/build"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
 // TestDeps keeps the core from leaning on its neighbours: the sandbox
@@ -18,7 +19,7 @@ import (
 // Manager. netpolicy is allowed: it is stdlib-only policy logic and holds
 // the network settings a record keeps.
 func TestDeps(t *testing.T) {
-	const module = "github.com/corral-sandbox/corral/"
+	const module = testutil.Module
 	forbidden := []string{
 		"internal/network", // the egress service: behind Networker
 		"internal/secrets", // the secret store: behind Secrets
@@ -49,32 +50,13 @@ func TestDeps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
-	var walk func(importPath string)
-	walk = func(importPath string) {
-		if seen[importPath] {
-			return
+	testutil.WalkImports(t, repo, module+"internal/sandbox", func(from, imp string) bool {
+		if isForbidden(imp) {
+			t.Errorf("%s imports %s; the sandbox core must reach it through an interface it defines", from, imp)
+			return false
 		}
-		seen[importPath] = true
-		dir := filepath.Join(repo, strings.TrimPrefix(importPath, module))
-		pkg, err := build.Default.ImportDir(dir, 0)
-		if err != nil {
-			t.Fatalf("read package %s: %v", importPath, err)
-		}
-		for _, imp := range pkg.Imports {
-			if isForbidden(imp) {
-				t.Errorf("%s imports %s; the sandbox core must reach it through an interface it defines", importPath, imp)
-				continue
-			}
-			if strings.HasPrefix(imp, module) {
-				walk(imp)
-			}
-		}
-	}
-	walk(module + "internal/sandbox")
-	if len(seen) < 2 {
-		t.Errorf("TestDeps saw only %v; want the sandbox package and its module deps", seen)
-	}
+		return true
+	})
 }
 
 // TestRecordWritesFunnel keeps every record write in the funnel
