@@ -651,6 +651,36 @@ sleep 1000 | nc 127.0.0.1 5555 > /dev/null &
 	}
 }
 
+// TestCheckpointRefusesUserNS: a box with a user namespace is refused a
+// memory checkpoint before CRIU runs (CRIU cannot restore it: see
+// errUserNSCheckpoint), with an error that names userns = "off"; the box
+// keeps running, unfrozen, and the image directory stays empty.
+func TestCheckpointRefusesUserNS(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	spec.UserNS = &testRange
+	root := rootOf(spec)
+	run(t, r, id, spec)
+	n := waitCounter(t, root, 1)
+	for _, leave := range []bool{false, true} {
+		img := t.TempDir()
+		err := r.Checkpoint(ctx, id, img, leave)
+		if !errors.Is(err, sandbox.ErrCheckpoint) || !errors.Is(err, errUserNSCheckpoint) || !strings.Contains(err.Error(), `userns = "off"`) {
+			t.Errorf("Checkpoint(%q, leaveRunning=%v) of a box with a user namespace = %v; want errUserNSCheckpoint naming userns = \"off\"", id, leave, err)
+		}
+		if ents, err := os.ReadDir(img); err != nil || len(ents) > 0 {
+			t.Errorf("image directory after a refused Checkpoint: %d entries, %v; want empty (CRIU never ran)", len(ents), err)
+		}
+		if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+			t.Fatalf("State(%q) after a refused Checkpoint = %+v, %v; want running", id, st, err)
+		}
+		n = waitCounter(t, root, n)
+	}
+}
+
 // TestCheckpointAgentConnections: an open stream from the daemon to the
 // agent (a running command) makes Checkpoint fail, after its retries, with
 // an error that says so; the box keeps running. Once the daemon has closed
