@@ -660,6 +660,11 @@ func explainCRIU(errs []string) (reason string, external bool) {
 			return "a TCP connection is established, and CRIU does not save those (" + msg + ")", false
 		case strings.Contains(src, "sk-unix.c"):
 			return "a unix socket is connected to a process outside the sandbox, such as an open connection from the daemon to the agent (" + msg + ")", true
+		case strings.Contains(src, "cr-dump.c") && strings.HasPrefix(msg, "Can't get rlimit") && strings.Contains(msg, "not permitted"):
+			// prlimit(pid) of a process whose uids are not the caller's
+			// needs CAP_SYS_RESOURCE over it; hosts whose bounding set
+			// drops it (some VMs and containers) cannot dump such a one.
+			return "a process of the sandbox runs as a user other than root, and the daemon may not read its limits: that takes CAP_SYS_RESOURCE, which the daemon lacks on this host (" + msg + ")", false
 		case strings.Contains(msg, "Can't lookup mount") || strings.Contains(src, "files-ext.c"):
 			return "a process has a file open outside the sandbox's mounts (" + msg + ")", false
 		}
