@@ -209,12 +209,15 @@ func (r *Runtime) checkpointable(id string) error {
 }
 
 // errUserNSCheckpoint refuses a memory checkpoint of a box with a user
-// namespace, before anything is frozen. CRIU 4.1 dumps such a box, but
-// cannot restore it: it makes the user namespace anew, which does not own
-// the box's network namespace (external, so "Can't setns .../net:
-// Operation not permitted"), and as box root it cannot reach the sources
-// of the box's binds nor idmap them again (see docs/isolation.md, "User
-// namespaces").
+// namespace, before anything is frozen. CRIU 4.1 cannot restore such a
+// box: it clones the restored root process into a new user namespace,
+// which does not own the box's (external) network namespace, and moves it
+// there first ("Can't setns .../net: Operation not permitted"). It would
+// join the box's prepared user namespace ("join-ns user:PATH") only after
+// that, and crun passes it none. A new user namespace would also carry the
+// dumped mapping, so a fork would share its source's host ids. See
+// docs/isolation.md, "User namespaces", for these and the dump's own
+// failures.
 var errUserNSCheckpoint = fmt.Errorf(`the sandbox has a user namespace, which CRIU cannot restore here `+
 	`(for memory checkpoints set userns = "off" in the daemon's configuration: box root is then host root): %w`, sandbox.ErrCheckpoint)
 
@@ -657,6 +660,11 @@ func explainCRIU(errs []string) (reason string, external bool) {
 			return "a TCP connection is established, and CRIU does not save those (" + msg + ")", false
 		case strings.Contains(src, "sk-unix.c"):
 			return "a unix socket is connected to a process outside the sandbox, such as an open connection from the daemon to the agent (" + msg + ")", true
+		case strings.Contains(src, "cr-dump.c") && strings.HasPrefix(msg, "Can't get rlimit") && strings.Contains(msg, "not permitted"):
+			// prlimit(pid) of a process whose uids are not the caller's
+			// needs CAP_SYS_RESOURCE over it; hosts whose bounding set
+			// drops it (some VMs and containers) cannot dump such a one.
+			return "a process of the sandbox runs as a user other than root, and the daemon may not read its limits: that takes CAP_SYS_RESOURCE, which the daemon lacks on this host (" + msg + ")", false
 		case strings.Contains(msg, "Can't lookup mount") || strings.Contains(src, "files-ext.c"):
 			return "a process has a file open outside the sandbox's mounts (" + msg + ")", false
 		}

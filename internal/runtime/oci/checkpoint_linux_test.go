@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	pb "github.com/corral-sandbox/corral/api/gen/process"
 	"github.com/corral-sandbox/corral/internal/agentclient"
@@ -649,6 +650,105 @@ sleep 1000 | nc 127.0.0.1 5555 > /dev/null &
 		}
 		n = waitCounter(t, root, n)
 	}
+}
+
+// TestCheckpointRefusesUserNS: a box with a user namespace is refused a
+// memory checkpoint before CRIU runs (CRIU cannot restore it: see
+// errUserNSCheckpoint), with an error that names userns = "off"; the box
+// keeps running, unfrozen, and the image directory stays empty.
+func TestCheckpointRefusesUserNS(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun", WithProcessArgs("/bin/sh", "-c", counterScript))
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := testSpec(t, defaultResources)
+	spec.UserNS = &testRange
+	root := rootOf(spec)
+	run(t, r, id, spec)
+	n := waitCounter(t, root, 1)
+	for _, leave := range []bool{false, true} {
+		img := t.TempDir()
+		err := r.Checkpoint(ctx, id, img, leave)
+		if !errors.Is(err, sandbox.ErrCheckpoint) || !errors.Is(err, errUserNSCheckpoint) || !strings.Contains(err.Error(), `userns = "off"`) {
+			t.Errorf("Checkpoint(%q, leaveRunning=%v) of a box with a user namespace = %v; want errUserNSCheckpoint naming userns = \"off\"", id, leave, err)
+		}
+		if ents, err := os.ReadDir(img); err != nil || len(ents) > 0 {
+			t.Errorf("image directory after a refused Checkpoint: %d entries, %v; want empty (CRIU never ran)", len(ents), err)
+		}
+		if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+			t.Fatalf("State(%q) after a refused Checkpoint = %+v, %v; want running", id, st, err)
+		}
+		n = waitCounter(t, root, n)
+	}
+}
+
+// TestCheckpointNonRootProcess: a box (without a user namespace) with a
+// process running as a user other than root is checkpointed where the
+// daemon has CAP_SYS_RESOURCE; where it has not, CRIU cannot read that
+// process's limits and the error says so in words. Either way the box
+// keeps running.
+func TestCheckpointNonRootProcess(t *testing.T) {
+	requiresCRIU(t)
+	r := newTestRuntime(t, "crun")
+	ctx := testutil.Context(t)
+	id := runtimetest.ID(t)
+	spec := agentSpec(t, defaultResources)
+	run(t, r, id, spec)
+	c := client(t, r, id)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	stream, err := c.Process.Start(sctx, connect.NewRequest(&pb.StartRequest{
+		Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "sleep 1000 </dev/null >/dev/null 2>&1 &"}, User: ptr("1000")},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	stream.Close()
+	cancel()
+	c.Close()
+	found := false
+	for _, p := range boxPids(t, r, id) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		found = found || strings.Contains(string(b), "\nUid:\t1000\t")
+	}
+	if !found {
+		t.Fatal("no process of the box runs as uid 1000")
+	}
+	err = r.Checkpoint(ctx, id, t.TempDir(), true)
+	t.Logf("Checkpoint(%q) = %v", id, err)
+	if hasCapSysResource(t) {
+		if err != nil {
+			t.Errorf("Checkpoint(%q) with a process of uid 1000, daemon with CAP_SYS_RESOURCE = %v; want nil", id, err)
+		}
+	} else if !errors.Is(err, sandbox.ErrCheckpoint) || !strings.Contains(err.Error(), "CAP_SYS_RESOURCE") {
+		t.Errorf("Checkpoint(%q) with a process of uid 1000, daemon without CAP_SYS_RESOURCE = %v; want ErrCheckpoint naming CAP_SYS_RESOURCE", id, err)
+	}
+	if st, err := r.State(ctx, id); err != nil || st.Status != sandbox.StatusRunning {
+		t.Fatalf("State(%q) after Checkpoint = %+v, %v; want running", id, st, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// hasCapSysResource reports whether the test process has CAP_SYS_RESOURCE
+// in its effective set.
+func hasCapSysResource(t *testing.T) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("CapEff %q: %v", v, err)
+			}
+			return eff&(1<<unix.CAP_SYS_RESOURCE) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return false
 }
 
 // TestCheckpointAgentConnections: an open stream from the daemon to the

@@ -23,6 +23,12 @@ func TestExplainCRIU(t *testing.T) {
 		{"file outside", []string{
 			"(criu/files-reg.c:1790): Can't lookup mount=27 for fd=1 path=/run/x/agent.log",
 		}, "a process has a file open outside the sandbox's mounts (Can't lookup mount=27 for fd=1 path=/run/x/agent.log)", false},
+		{"rlimit of another user", []string{
+			"(criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted",
+			"(criu/cr-dump.c:371): Can't get rlimit 0: Operation not permitted",
+			"(criu/cr-dump.c:1720): Dump core (pid: 27681) failed with -1",
+			"(criu/cr-dump.c:2111): Dumping FAILED.",
+		}, "a process of the sandbox runs as a user other than root, and the daemon may not read its limits: that takes CAP_SYS_RESOURCE, which the daemon lacks on this host (Can't get rlimit 0: Operation not permitted)", false},
 		{"other", []string{
 			"(criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted",
 			"(criu/files-reg.c:2353): Can't open file tmp/held on restore: No such file or directory",
