@@ -24,10 +24,10 @@ const TrafficTokenHeader = "E2B-Traffic-Access-Token"
 
 // byHost routes the requests of E2B's domain mode, whose Host is
 // "{port}-{id}.{E2BDomain}", before next sees them: port 49983 to the
-// box's agent, any other to that port in the box. daemon reports whether
-// a request carries the daemon's token (always on the unix socket, where
-// the socket's mode is the access control). Other hosts go to next.
-func (s *Server) byHost(daemon func(*http.Request) bool, next http.Handler) http.Handler {
+// box's agent, any other to that port in the box. auth tells requests
+// with the daemon's token (every request on the unix socket, where the
+// socket's mode is the access control). Other hosts go to next.
+func (s *Server) byHost(auth daemonAuth, next http.Handler) http.Handler {
 	if s.cfg.E2BDomain == "" {
 		return next
 	}
@@ -37,22 +37,28 @@ func (s *Server) byHost(daemon func(*http.Request) bool, next http.Handler) http
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.serveDomain(w, r, daemon(r), id, port)
+		s.serveDomain(w, r, auth, id, port)
 	})
 }
 
-// anyRequest is the daemon check of the unix socket: every request.
-func anyRequest(*http.Request) bool { return true }
+// daemonAuth tells the requests that carry the daemon's token.
+type daemonAuth struct {
+	// token is the daemon's token; any makes every request the
+	// daemon's (the unix socket), and then token is "".
+	token string
+	any   bool
+}
 
-// daemonToken returns the check that a request carries token, as
-// "Authorization: Bearer <token>" or X-API-KEY, compared in constant time;
-// an empty token matches nothing.
-func daemonToken(token string) func(*http.Request) bool {
-	bearer, key := []byte("Bearer "+token), []byte(token)
-	return func(r *http.Request) bool {
-		return token != "" && (subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), bearer) == 1 ||
-			subtle.ConstantTimeCompare([]byte(r.Header.Get(APIKeyHeader)), key) == 1)
-	}
+// ok reports whether r carries the token, as "Authorization: Bearer
+// <token>" or X-API-KEY, compared in constant time; an empty token
+// matches nothing.
+func (a daemonAuth) ok(r *http.Request) bool {
+	return a.any || a.bearer(r) || a.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(APIKeyHeader)), []byte(a.token)) == 1
+}
+
+// bearer reports whether r's Authorization header is the token.
+func (a daemonAuth) bearer(r *http.Request) bool {
+	return a.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+a.token)) == 1
 }
 
 // serveDomain serves a request for port in sandbox id by host name, with
@@ -63,7 +69,7 @@ func daemonToken(token string) func(*http.Request) bool {
 // 403); the ports of other sandboxes need the daemon's token, as Corral's
 // own ports are private until exposed. A sandbox that is gone answers 502,
 // as E2B's edge does.
-func (s *Server) serveDomain(w http.ResponseWriter, r *http.Request, daemon bool, id string, port int) {
+func (s *Server) serveDomain(w http.ResponseWriter, r *http.Request, auth daemonAuth, id string, port int) {
 	rec, err := s.cfg.Manager.Get(r.Context(), id)
 	if err != nil && !errdefs.IsNotFound(err) {
 		writeError(r.Context(), w, err)
@@ -74,12 +80,12 @@ func (s *Server) serveDomain(w http.ResponseWriter, r *http.Request, daemon bool
 		return
 	}
 	if port == EnvdPort {
-		s.serveDomainEnvd(w, r, daemon, rec)
+		s.serveDomainEnvd(w, r, auth.ok(r), rec)
 		return
 	}
 	switch {
 	case rec.E2B == nil:
-		if !daemon {
+		if !auth.ok(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)
 			writeE2BError(w, http.StatusUnauthorized, fmt.Sprintf("port %d of sandbox %s: the sandbox was not made through E2B's API, so its ports need the daemon's token (Authorization: Bearer or %s)", port, id, APIKeyHeader))
 			return
@@ -107,10 +113,10 @@ func (s *Server) serveDomain(w http.ResponseWriter, r *http.Request, daemon bool
 	if sw, ok := w.(*statusWriter); ok {
 		sw.proxied = true
 	}
-	// The daemon's and the sandbox's tokens are for the daemon only; other
-	// Authorization schemes are the app's.
+	// The daemon's and the sandbox's tokens are for the daemon only; any
+	// other Authorization is the app's.
 	strip := []string{TrafficTokenHeader, AccessTokenHeader, APIKeyHeader}
-	if strings.HasPrefix(strings.ToLower(r.Header.Get("Authorization")), "bearer ") && daemon {
+	if auth.bearer(r) {
 		strip = append(strip, "Authorization")
 	}
 	s.cfg.Ports.Forward(w, r, rec.ID, port, host, strip...)

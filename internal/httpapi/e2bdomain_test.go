@@ -159,6 +159,13 @@ func TestE2BDomainPorts(t *testing.T) {
 	if got, want := <-df.portReqs, `GET / host=`+host+` auth="" leaked=[]`; got != want {
 		t.Errorf("app got %s; want %s", got, want)
 	}
+	// With the API key, the app's own bearer token passes.
+	if code, body := df.at(t, "GET", host, "/", APIKeyHeader, "tok3n", "Authorization", "Bearer app"); code != http.StatusOK {
+		t.Fatalf("GET a port with the API key = %d %s; want 200", code, body)
+	}
+	if got, want := <-df.portReqs, `GET / host=`+host+` auth="Bearer app" leaked=[]`; got != want {
+		t.Errorf("app got %s; want %s", got, want)
+	}
 }
 
 // TestE2BAutoResume checks that a paused box made with autoResume is

@@ -314,12 +314,12 @@ func (s *Server) ownRoutes() map[string]http.HandlerFunc {
 
 // Handler returns the API without authentication (for the unix socket,
 // whose file mode is the access control).
-func (s *Server) Handler() http.Handler { return s.front(s.byHost(anyRequest, s.mux)) }
+func (s *Server) Handler() http.Handler { return s.front(s.byHost(daemonAuth{any: true}, s.mux)) }
 
 // TokenHandler returns the API for TCP, where every request needs
 // the daemon's token (RequireToken).
 func (s *Server) TokenHandler(token string) http.Handler {
-	return s.front(s.byHost(daemonToken(token), RequireToken(token, s.mux)))
+	return s.front(s.byHost(daemonAuth{token: token}, RequireToken(token, s.mux)))
 }
 
 // front runs every request of a listener: the rate limit (before
