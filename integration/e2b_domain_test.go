@@ -207,7 +207,8 @@ func TestE2BDomainMode(t *testing.T) {
 }
 
 // TestE2BSDKDomainMode runs integration/e2b/domain.test.mjs: the official
-// SDK without E2B_SANDBOX_URL, reaching sandboxes by host name over HTTPS.
+// SDK configured by E2B_DOMAIN and E2B_API_KEY only, reaching the control
+// plane at api.{domain} and sandboxes by host name, over HTTPS.
 func TestE2BSDKDomainMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -235,7 +236,9 @@ func TestE2BSDKDomainMode(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, "E2B_API_URL=https://127.0.0.1:"+strings.TrimPrefix(domain, e2bDomainHost+":"), "E2B_API_KEY="+e2bToken,
+	// As an E2B user would: the domain and the key, nothing else (the
+	// SDK's control plane is then https://api.{domain}).
+	cmd.Env = append(env, "E2B_DOMAIN="+domain, "E2B_API_KEY="+e2bToken,
 		"NODE_EXTRA_CA_CERTS="+certFile, "CORRAL_E2B_RESOLVE="+e2bDomainHost, "CORRAL_E2B_DOMAIN="+domain, "CORRAL_E2B_TEMPLATE=base")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf

@@ -1,7 +1,9 @@
-// Drives a Corral daemon through the official E2B SDK in domain mode: no
-// E2B_SANDBOX_URL, so the SDK reaches each sandbox at
-// https://{port}-{sandboxID}.{domain} with the domain that create answers
-// (the daemon's [e2b] domain, here "e2b.test:PORT"). The daemon serves
+// Drives a Corral daemon through the official E2B SDK in domain mode,
+// configured as an E2B user would: E2B_DOMAIN (here "e2b.test:PORT", the
+// daemon's [e2b] domain) and E2B_API_KEY. The SDK calls the control plane
+// at https://api.{domain} and reaches each sandbox at
+// https://{port}-{sandboxID}.{domain}, with the domain create answers.
+// The daemon serves
 // HTTPS with a certificate the test made (NODE_EXTRA_CA_CERTS trusts it),
 // and names under CORRAL_E2B_RESOLVE resolve to 127.0.0.1 in this process
 // only, so no DNS server is needed. integration/e2b_domain_test.go starts
