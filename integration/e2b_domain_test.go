@@ -192,6 +192,27 @@ func TestE2BDomainMode(t *testing.T) {
 		t.Fatalf("GET %s = %d %q; want the page, public", page, code, out)
 	}
 
+	// envd's /init by host name adds to the commands' environment.
+	if code, out, _ := call(t, c, "POST", envd+"/init", `{"envVars":{"FROM_INIT":"yes"},"accessToken":"ignored"}`, append(tok, "Content-Type", "application/json")...); code != http.StatusNoContent {
+		t.Errorf("POST /init at %s = %d %s; want 204", envd, code, out)
+	}
+	if out := d.must("exec", pub.SandboxID, "sh", "-c", "echo $FROM_INIT"); strings.TrimSpace(out) != "yes" {
+		t.Errorf("a command after envd's /init printed %q; want yes", out)
+	}
+
+	// The sandbox's log: its audit trail.
+	code, out, _ = call(t, c, "GET", api+"/v2/sandboxes/"+pub.SandboxID+"/logs?search=/tmp/www/index.html", "", key...)
+	var logs struct {
+		Logs []struct {
+			Level   string `json:"level"`
+			Message string `json:"message"`
+		} `json:"logs"`
+	}
+	if err := json.Unmarshal([]byte(out), &logs); err != nil || code != http.StatusOK || len(logs.Logs) == 0 ||
+		logs.Logs[0].Message != "file write /tmp/www/index.html" {
+		t.Errorf("GET /v2/sandboxes/%s/logs = %d %s; want the file write first", pub.SandboxID, code, out)
+	}
+
 	// A box whose ports are not public.
 	priv := create(`{"templateID":"host","timeout":300,"network":{"allowPublicTraffic":false}}`)
 	if priv.TrafficAccessToken == "" {
