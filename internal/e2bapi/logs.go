@@ -195,7 +195,7 @@ func (a *API) logsV2(w http.ResponseWriter, r *http.Request) {
 // happened, its level (error for a failed command or file operation, a
 // refused connection and an alert at its limit; warn for other alerts
 // and lost events), and the event's details as fields. Command output is
-// not in the trail, so not in the log.
+// not in the trail, so not in the log (the agent keeps it: corral logs).
 func entryOf(ev rest.AuditEvent) logEntry {
 	e := logEntry{Timestamp: ev.Time, Level: "info", Fields: map[string]string{"type": ev.Type, "seq": strconv.FormatUint(ev.Seq, 10)}}
 	set := func(k, v string) {
