@@ -22,7 +22,12 @@ unix socket (and on --listen with a bearer token). The configuration is read
 from --config (TOML, version = 1); flags override it. SIGINT or SIGTERM stop
 the daemon gracefully; sandboxes keep running and the next daemon takes them
 back. Started by systemd with Type=notify (contrib/systemd/corral.service),
-it reports READY=1 on $NOTIFY_SOCKET once the API listens. Logs go to stderr.`,
+it reports READY=1 on $NOTIFY_SOCKET once the API listens. Logs go to stderr.
+
+With --tls-cert and --tls-key, --listen serves HTTPS (the files are read
+again when they change). --e2b-domain serves E2B's domain mode on it:
+{port}-{sandboxID}.DOMAIN reaches the box's agent (port 49983) or that port
+in the box; it needs a wildcard DNS record and certificate (docs/e2b.md).`,
 		Example: `  corral serve
   corral serve --config /etc/corral/config.toml --log-level debug
   corral serve --listen 127.0.0.1:7070 --token-file /etc/corral/token
