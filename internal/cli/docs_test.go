@@ -421,7 +421,7 @@ func tomlBlocks(docs []docFile) []tomlBlock {
 }
 
 var (
-	tomlTable = regexp.MustCompile(`^\s*(#\s*)?\[\[?([a-z_.]+)\]\]?\s*(#.*)?$`)
+	tomlTable = regexp.MustCompile(`^\s*(#\s*)?\[\[?([a-z0-9_.]+)\]\]?\s*(#.*)?$`)
 	tomlKey   = regexp.MustCompile(`^\s*(#\s*)?([a-z_]+)\s*=`)
 )
 

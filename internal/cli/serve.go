@@ -13,7 +13,7 @@ import (
 )
 
 func (a *app) serveCmd() *cobra.Command {
-	var configPath, root, listen, tokenFile string
+	var configPath, root, listen, tokenFile, tlsCert, tlsKey, e2bDomain string
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Run the corral daemon",
@@ -22,10 +22,17 @@ unix socket (and on --listen with a bearer token). The configuration is read
 from --config (TOML, version = 1); flags override it. SIGINT or SIGTERM stop
 the daemon gracefully; sandboxes keep running and the next daemon takes them
 back. Started by systemd with Type=notify (contrib/systemd/corral.service),
-it reports READY=1 on $NOTIFY_SOCKET once the API listens. Logs go to stderr.`,
+it reports READY=1 on $NOTIFY_SOCKET once the API listens. Logs go to stderr.
+
+With --tls-cert and --tls-key, --listen serves HTTPS (the files are read
+again when they change). --e2b-domain serves E2B's domain mode on it:
+{port}-{sandboxID}.DOMAIN reaches the box's agent (port 49983) or that port
+in the box; it needs a wildcard DNS record and certificate (docs/e2b.md).`,
 		Example: `  corral serve
   corral serve --config /etc/corral/config.toml --log-level debug
-  corral serve --listen 127.0.0.1:7070 --token-file /etc/corral/token`,
+  corral serve --listen 127.0.0.1:7070 --token-file /etc/corral/token
+  corral serve --listen :443 --token-file /etc/corral/token \
+    --tls-cert /etc/corral/tls/cert.pem --tls-key /etc/corral/tls/key.pem --e2b-domain sandbox.example.com`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := daemon.LoadConfig(configPath)
@@ -41,6 +48,15 @@ it reports READY=1 on $NOTIFY_SOCKET once the API listens. Logs go to stderr.`,
 			}
 			if fs.Changed("token-file") {
 				cfg.TokenFile = tokenFile
+			}
+			if fs.Changed("tls-cert") {
+				cfg.TLSCertFile = tlsCert
+			}
+			if fs.Changed("tls-key") {
+				cfg.TLSKeyFile = tlsKey
+			}
+			if fs.Changed("e2b-domain") {
+				cfg.E2B.Domain = e2bDomain
 			}
 			switch {
 			case cmd.Flags().Changed("log-level"):
@@ -60,6 +76,9 @@ it reports READY=1 on $NOTIFY_SOCKET once the API listens. Logs go to stderr.`,
 	cmd.Flags().StringVar(&root, "root", "", "state directory (overrides the config's root)")
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (needs --token-file)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token required on --listen")
+	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "serve HTTPS on --listen with this certificate chain (PEM; needs --tls-key)")
+	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", "", "serve E2B's domain mode: {port}-{sandboxID}.DOMAIN[:port] (docs/e2b.md)")
 	return cmd
 }
 
@@ -86,9 +105,6 @@ agent, used when the slim copy is missing or was built from other sources.`,
 		Hidden: false,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}

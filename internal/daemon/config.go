@@ -66,6 +66,13 @@ type Config struct {
 	// TokenFile holds the bearer token for Listen; required when Listen is
 	// set.
 	TokenFile string `toml:"token_file"`
+	// TLSCertFile and TLSKeyFile (PEM), when set, make Listen serve HTTPS
+	// (HTTP/1.1 and HTTP/2) with that certificate, read again when the
+	// files change; both or neither, and only with Listen.
+	TLSCertFile string `toml:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file"`
+	// E2B configures E2B's API ([e2b]): its domain mode.
+	E2B E2B `toml:"e2b"`
 	// DefaultRuntime is the deprecated alias of runtime.container.default;
 	// set, it replaces that key.
 	DefaultRuntime string `toml:"default_runtime"`
@@ -451,6 +458,10 @@ func (c Config) Validate() error {
 		return bad("socket %q must be an absolute path", c.Socket)
 	case c.Listen != "" && c.TokenFile == "":
 		return bad("token_file is required when listen (%q) is set", c.Listen)
+	case c.validateTLS() != nil:
+		return c.validateTLS()
+	case c.E2B.validate() != nil:
+		return c.E2B.validate()
 	case c.AgentBinary != "" && !filepath.IsAbs(c.AgentBinary):
 		return bad("agent_binary %q must be an absolute path", c.AgentBinary)
 	case c.agentIdleExit() < 0:

@@ -6,6 +6,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -519,11 +520,17 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		return cs.close, err
 	}
 	cs.add(stopStats)
+	var trail e2bapi.AuditTrail
+	if d.audit != nil {
+		trail = d.audit
+	}
 	e2b, err := e2bapi.New(e2bapi.Config{
 		Manager: d.manager,
 		Images:  d.images,
 		Secrets: d.secrets,
 		Stats:   d.obs.sampler,
+		Audit:   trail,
+		Domain:  cfg.E2B.Domain,
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
 				return
@@ -544,6 +551,8 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Tunnels:       tunnels,
 		TunnelBase:    tunnelBase,
 		TunnelDomain:  cfg.Tunnels.Domain,
+		E2BDomain:     cfg.E2B.Domain,
+		Ports:         tunnel.NewForwarder(d.dialPort),
 		Manager:       d.manager,
 		Agents:        d.agents,
 		Images:        d.images,
@@ -601,6 +610,17 @@ func (d *Daemon) TunnelHandler() http.Handler {
 			return rec.ID, err
 		},
 	})
+}
+
+// dialPort connects to port in the running box id (E2B's domain mode,
+// whose requests resume a paused box only when it asked for that, so
+// this does not).
+func (d *Daemon) dialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	_, pid, err := d.manager.AgentPid(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return network.DialInNS(network.NSPath(pid), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 }
 
 // Manager returns the sandbox Manager.
@@ -671,6 +691,8 @@ func Run(ctx context.Context, cfg Config) error {
 type listener struct {
 	l net.Listener
 	h http.Handler
+	// tls, when set, makes it serve HTTPS.
+	tls *tls.Config
 	// what is what it serves, for the log: "API" or "tunnels".
 	what string
 	// attrs describe it further in the log.
@@ -703,12 +725,25 @@ func listen(cfg Config, h handlers, cu *cleanup.Cleanup) ([]listener, error) {
 		if err != nil {
 			return nil, err
 		}
+		var tc *tls.Config
+		attrs := []any{"auth", "bearer token"}
+		if cfg.TLSCertFile != "" {
+			cr, err := loadCert(cfg.TLSCertFile, cfg.TLSKeyFile)
+			if err != nil {
+				return nil, err
+			}
+			tc = cr.config()
+			attrs = append(attrs, "tls", cfg.TLSCertFile)
+		}
+		if cfg.E2B.Domain != "" {
+			attrs = append(attrs, "e2b_domain", cfg.E2B.Domain)
+		}
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 		}
 		cu.Add(func() { tl.Close() })
-		out = append(out, listener{l: tl, h: h.apiToken(token), what: "API", attrs: []any{"auth", "bearer token"}})
+		out = append(out, listener{l: tl, h: h.apiToken(token), tls: tc, what: "API", attrs: attrs})
 	}
 	if cfg.Tunnels.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Tunnels.Listen)
@@ -739,7 +774,16 @@ func serve(ctx context.Context, listeners []listener) ([]*http.Server, <-chan er
 			ConnContext: httpapi.ConnContext,
 		}
 		servers = append(servers, srv)
-		go func() { errc <- srv.Serve(ln.l) }()
+		if ln.tls != nil {
+			// HTTPS: HTTP/1.1 and HTTP/2 (bidirectional agent streams).
+			var tp http.Protocols
+			tp.SetHTTP1(true)
+			tp.SetHTTP2(true)
+			srv.Protocols, srv.TLSConfig = &tp, ln.tls
+			go func() { errc <- srv.ServeTLS(ln.l, "", "") }()
+		} else {
+			go func() { errc <- srv.Serve(ln.l) }()
+		}
 		log.G(ctx).Info("serving "+ln.what, append([]any{"address", ln.l.Addr().String()}, ln.attrs...)...)
 	}
 	return servers, errc

@@ -93,6 +93,9 @@ type Config struct {
 	Now func() time.Time
 	// Stats serves the sandbox metrics routes; nil answers 501.
 	Stats Stats
+	// Audit serves the sandbox logs routes from the audit trail; nil
+	// answers 501.
+	Audit AuditTrail
 }
 
 // API serves E2B's control plane.
@@ -131,6 +134,8 @@ func (a *API) Routes() map[string]http.HandlerFunc {
 		"POST /sandboxes/{id}/resume":     a.resume,
 		"GET /sandboxes/{id}/metrics":     a.metrics,
 		"GET /sandboxes/metrics":          a.metricsMany,
+		"GET /sandboxes/{id}/logs":        a.logsV1,
+		"GET /v2/sandboxes/{id}/logs":     a.logsV2,
 		"POST /sandboxes/{id}/fork":       a.fork,
 		"POST /sandboxes/{id}/snapshots":  a.createSnapshot,
 		"PUT /sandboxes/{id}/network":     a.updateNetwork,

@@ -58,7 +58,7 @@ func (f *fakeManager) Create(_ context.Context, req sandbox.CreateRequest) (sand
 	rec := sandbox.Record{
 		ID: fmt.Sprintf("sbx%03d", f.n), Image: req.Image, State: sandbox.StateRunning, Env: req.Env, Labels: req.Labels,
 		Created: f.now.Add(time.Duration(f.n) * time.Second), Timeout: req.Timeout, Network: req.Network,
-		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n),
+		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n), E2B: req.E2B,
 		Resources: sandbox.Resources{CPUs: 0.5, MemoryBytes: 512 << 20, DiskBytes: 1 << 30},
 	}
 	if req.Timeout > 0 {
@@ -262,13 +262,15 @@ type fixture struct {
 	srv     *httptest.Server
 	// removed lists the IDs passed to Config.Removed.
 	removed []string
+	// trail is the audit trail of the logs routes.
+	trail *fakeTrail
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{m: newFakeManager(testNow), secrets: &fakeSecrets{vals: map[string]string{}}}
+	f := &fixture{m: newFakeManager(testNow), secrets: &fakeSecrets{vals: map[string]string{}}, trail: &fakeTrail{}}
 	a, err := New(Config{
-		Manager: f.m, Images: fakeImages{f.m}, Secrets: f.secrets, Now: func() time.Time { return testNow },
+		Manager: f.m, Images: fakeImages{f.m}, Secrets: f.secrets, Now: func() time.Time { return testNow }, Audit: f.trail,
 		Removed: func(_ context.Context, id string) { f.removed = append(f.removed, id) },
 	})
 	if err != nil {
@@ -368,6 +370,7 @@ func TestCreateNetwork(t *testing.T) {
 		{"allowlist", `{"network":{"allowOut":["example.com","1.1.1.1/32"],"denyOut":["0.0.0.0/0"]}}`, "allowlist [example.com 1.1.1.1/32]"},
 		{"allowlist wins", `{"allow_internet_access":false,"network":{"allowOut":["example.com"]}}`, "allowlist [example.com]"},
 		{"deny all", `{"network":{"denyOut":["0.0.0.0/0"]}}`, "none []"},
+		{"deny all and more", `{"network":{"allowOut":["1.1.1.1"],"denyOut":["10.0.0.0/8","0.0.0.0/0","192.168.1.1"]}}`, "allowlist [1.1.1.1]"},
 		{"public traffic", `{"network":{"allowPublicTraffic":true}}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -387,6 +390,42 @@ func TestCreateNetwork(t *testing.T) {
 	}
 }
 
+// TestCreateE2BSettings checks what create keeps for the data plane and
+// the ports: autoResume, allowPublicTraffic false (a traffic token,
+// answered at create and in getInfo's network) and maskRequestHost.
+func TestCreateE2BSettings(t *testing.T) {
+	f := newFixture(t)
+	code, out, _ := f.do(t, "POST", "/v2/sandboxes", `{"templateID":"host"}`)
+	if code != http.StatusCreated || strings.Contains(out, "trafficAccessToken") {
+		t.Errorf("create = %d %s; want 201 without trafficAccessToken", code, out)
+	}
+	if e := f.m.created.E2B; e == nil || *e != (sandbox.E2BSettings{}) {
+		t.Errorf("create with no settings: E2B = %+v; want set and empty (public ports, no auto-resume)", e)
+	}
+	code, out, _ = f.do(t, "POST", "/v2/sandboxes",
+		`{"templateID":"host","autoPause":true,"autoResume":{"enabled":true},"network":{"allowPublicTraffic":false,"maskRequestHost":"localhost:${PORT}"}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create = %d %s; want 201", code, out)
+	}
+	e := f.m.created.E2B
+	if e == nil || !e.AutoResume || e.TrafficToken == "" || e.MaskRequestHost != "localhost:${PORT}" {
+		t.Fatalf("create: E2B = %+v; want auto-resume, a traffic token, the host mask", e)
+	}
+	var sb sandboxJSON
+	if err := json.Unmarshal([]byte(out), &sb); err != nil || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken != e.TrafficToken {
+		t.Errorf("create answered %s; want trafficAccessToken %q", out, e.TrafficToken)
+	}
+	code, out, _ = f.do(t, "GET", "/sandboxes/"+sb.SandboxID, "")
+	var d struct {
+		Lifecycle lifecycle     `json:"lifecycle"`
+		Network   networkConfig `json:"network"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil || code != http.StatusOK || !d.Lifecycle.AutoResume ||
+		d.Network.AllowPublicTraffic == nil || *d.Network.AllowPublicTraffic || d.Network.MaskRequestHost != "localhost:${PORT}" {
+		t.Errorf("GET /sandboxes/%s = %d %s; want lifecycle.autoResume, network.allowPublicTraffic false and the mask", sb.SandboxID, code, out)
+	}
+}
+
 func TestCreateRefuses(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {
@@ -396,7 +435,10 @@ func TestCreateRefuses(t *testing.T) {
 		{"negative timeout", `{"templateID":"host","timeout":-1}`, "timeout"},
 		{"deny list", `{"templateID":"host","network":{"denyOut":["10.0.0.0/8"]}}`, "denyOut"},
 		{"rules", `{"templateID":"host","network":{"rules":{"example.com":[{}]}}}`, "network.rules"},
-		{"auto resume", `{"templateID":"host","autoPause":true,"autoResume":{"enabled":true}}`, "autoResume"},
+		{"deny a name", `{"templateID":"host","network":{"denyOut":["0.0.0.0/0","example.com"]}}`, "denyOut"},
+		{"egress proxy", `{"templateID":"host","network":{"egressProxy":{"address":"p:1080"}}}`, "network.egressProxy"},
+		{"https ports", `{"templateID":"host","network":{"httpsPorts":[8443]}}`, "network.httpsPorts"},
+		{"mask with a path", `{"templateID":"host","network":{"maskRequestHost":"a/b"}}`, "maskRequestHost"},
 		{"pause without memory", `{"templateID":"host","autoPause":true,"autoPauseMemory":false}`, "autoPauseMemory"},
 		{"volumes", `{"templateID":"host","volumeMounts":[{"name":"v","path":"/v"}]}`, "volumeMounts"},
 		{"mcp", `{"templateID":"host","mcp":{"x":{}}}`, "mcp"},

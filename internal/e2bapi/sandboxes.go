@@ -2,10 +2,12 @@ package e2bapi
 
 import (
 	"cmp"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -47,16 +49,20 @@ type networkConfig struct {
 	EgressProxy        json.RawMessage `json:"egressProxy,omitempty"`
 	MaskRequestHost    string          `json:"maskRequestHost,omitempty"`
 	Rules              json.RawMessage `json:"rules,omitempty"`
+	HTTPSPorts         json.RawMessage `json:"httpsPorts,omitempty"`
 }
 
 // sandboxJSON is E2B's Sandbox: what create, connect and resume answer.
 type sandboxJSON struct {
-	TemplateID      string  `json:"templateID"`
-	SandboxID       string  `json:"sandboxID"`
-	ClientID        string  `json:"clientID"`
-	EnvdVersion     string  `json:"envdVersion"`
-	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
-	Domain          *string `json:"domain"`
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
+	// TrafficAccessToken is needed on requests to the sandbox's ports
+	// when it was created with allowPublicTraffic false.
+	TrafficAccessToken *string `json:"trafficAccessToken,omitempty"`
+	Domain             *string `json:"domain"`
 }
 
 // listedSandbox is E2B's ListedSandbox.
@@ -101,8 +107,18 @@ func (a *API) domain() *string {
 func (a *API) sandboxOf(rec sandbox.Record) sandboxJSON {
 	return sandboxJSON{
 		TemplateID: rec.Image, SandboxID: rec.ID, ClientID: ClientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: rec.AccessToken, Domain: a.domain(),
+		EnvdAccessToken: rec.AccessToken, TrafficAccessToken: trafficToken(rec), Domain: a.domain(),
 	}
+}
+
+// trafficToken is rec's traffic access token, nil when its ports are
+// public.
+func trafficToken(rec sandbox.Record) *string {
+	if rec.E2B == nil || rec.E2B.TrafficToken == "" {
+		return nil
+	}
+	t := rec.E2B.TrafficToken
+	return &t
 }
 
 func listedOf(rec sandbox.Record) listedSandbox {
@@ -136,6 +152,16 @@ func (a *API) detailOf(rec sandbox.Record) sandboxDetail {
 			d.Network = &networkConfig{AllowOut: n.Allow, DenyOut: []string{allTraffic}}
 		}
 	}
+	if e := rec.E2B; e != nil {
+		d.Lifecycle.AutoResume = e.AutoResume
+		if e.TrafficToken != "" || e.MaskRequestHost != "" {
+			if d.Network == nil {
+				d.Network = &networkConfig{}
+			}
+			d.Network.AllowPublicTraffic = new(e.TrafficToken == "")
+			d.Network.MaskRequestHost = e.MaskRequestHost
+		}
+	}
 	return d
 }
 
@@ -143,25 +169,33 @@ func (a *API) detailOf(rec sandbox.Record) sandboxDetail {
 const allTraffic = "0.0.0.0/0"
 
 // networkOf maps E2B's egress settings onto Corral's policy, which is an
-// allowlist: allowOut entries are the allowlist; denyOut can only say
-// "everything else" (0.0.0.0/0), the allowlist's own meaning.
-// allow_internet_access true is mode full, false mode none; neither (and no
-// network) keeps Corral's default: the image's policy, else none.
+// allowlist: allowOut entries (domains, *.domain, IPs, CIDRs) are the
+// allowlist. denyOut must hold 0.0.0.0/0 ("everything else", the
+// allowlist's own meaning); its other entries (IPs or CIDRs, never names,
+// as in E2B) are then implied, as allowOut takes precedence over them, but
+// without 0.0.0.0/0 they would mean "everything but these", which an
+// allowlist cannot say. allow_internet_access true is mode full, false mode
+// none; neither (and no network) keeps Corral's default: the image's
+// policy, else none.
 func networkOf(req newSandbox) (*netpolicy.Settings, error) {
 	n := req.Network
 	if n != nil {
 		switch {
-		case len(n.EgressProxy) > 0 && string(n.EgressProxy) != "null":
+		case present(n.EgressProxy):
 			return nil, unsupported("network.egressProxy")
-		case len(n.Rules) > 0 && string(n.Rules) != "null" && string(n.Rules) != "{}":
+		case present(n.Rules):
 			return nil, unsupported("network.rules")
-		case n.MaskRequestHost != "":
-			return nil, unsupported("network.maskRequestHost")
+		case present(n.HTTPSPorts):
+			return nil, unsupported("network.httpsPorts")
 		}
+		all := slices.Contains(n.DenyOut, allTraffic)
 		for _, d := range n.DenyOut {
-			if d != allTraffic {
-				return nil, fmt.Errorf("network.denyOut %q: Corral's egress policy is an allowlist; list what the sandbox may reach in network.allowOut (denyOut may only be %q, everything else): %w",
-					d, allTraffic, errdefs.ErrInvalidArgument)
+			if err := denyEntry(d); err != nil {
+				return nil, err
+			}
+			if !all {
+				return nil, fmt.Errorf("network.denyOut %q without %q: Corral's egress policy is an allowlist, which cannot say \"everything but these\"; add %q to denyOut and list what the sandbox may reach in network.allowOut: %w",
+					d, allTraffic, allTraffic, errdefs.ErrInvalidArgument)
 			}
 		}
 		if len(n.AllowOut) > 0 {
@@ -178,6 +212,17 @@ func networkOf(req newSandbox) (*netpolicy.Settings, error) {
 		return &netpolicy.Settings{Mode: netpolicy.ModeNone}, nil
 	}
 	return nil, nil
+}
+
+// denyEntry checks a denyOut entry: an IP address or a CIDR block.
+func denyEntry(d string) error {
+	if _, err := netip.ParsePrefix(d); err == nil {
+		return nil
+	}
+	if _, err := netip.ParseAddr(d); err == nil {
+		return nil
+	}
+	return fmt.Errorf("network.denyOut %q must be an IP address or a CIDR block (domain names cannot be denied, as in E2B): %w", d, errdefs.ErrInvalidArgument)
 }
 
 func unsupported(field string) error {
@@ -214,8 +259,10 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 
 // createRequest maps E2B's NewSandbox onto a sandbox.CreateRequest:
 // templateID is the image, envVars the environment, metadata the labels
-// (with their rules), timeout the lifetime (0: none) and autoPause the
-// action at its end.
+// (with their rules), timeout the lifetime (0: none), autoPause the
+// action at its end, and autoResume, allowPublicTraffic and
+// maskRequestHost how the data plane and the ports answer
+// (sandbox.E2BSettings).
 func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 	var c sandbox.CreateRequest
 	if req.TemplateID == "" {
@@ -228,8 +275,6 @@ func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 		return c, unsupported("iam")
 	case present(req.VolumeMounts):
 		return c, unsupported("volumeMounts")
-	case req.AutoResume != nil && req.AutoResume.Enabled:
-		return c, fmt.Errorf("autoResume is not supported yet: a paused sandbox answers 502 until connect resumes it: %w", errdefs.ErrInvalidArgument)
 	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
 		return c, fmt.Errorf("autoPauseMemory false is not supported yet: a sandbox paused at its timeout keeps its memory: %w", errdefs.ErrInvalidArgument)
 	}
@@ -246,6 +291,16 @@ func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 	}
 	c = sandbox.CreateRequest{
 		Image: req.TemplateID, Env: req.EnvVars, Labels: req.Metadata, Timeout: timeout, Network: set,
+		E2B: &sandbox.E2BSettings{AutoResume: req.AutoResume != nil && req.AutoResume.Enabled},
+	}
+	if n := req.Network; n != nil {
+		if n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
+			c.E2B.TrafficToken = rand.Text()
+		}
+		if len(n.MaskRequestHost) > 253 || strings.ContainsAny(n.MaskRequestHost, " \t\r\n/") {
+			return c, fmt.Errorf("network.maskRequestHost %q must be a host name, optionally with a port or ${PORT}: %w", n.MaskRequestHost, errdefs.ErrInvalidArgument)
+		}
+		c.E2B.MaskRequestHost = n.MaskRequestHost
 	}
 	if req.AutoPause != nil && *req.AutoPause {
 		c.TimeoutAction = sandbox.TimeoutPause

@@ -95,10 +95,11 @@ func (s *Server) agentBySignature(w http.ResponseWriter, r *http.Request) {
 
 // forwardE2B forwards an authenticated E2B data-plane request to rec's
 // agent, as E2B's edge does: a sandbox that is not running answers 502
-// (connect resumes a paused one).
+// (connect resumes a paused one), unless it was made with autoResume
+// (e2bRunning).
 func (s *Server) forwardE2B(w http.ResponseWriter, r *http.Request, rec sandbox.Record) {
-	if rec.State != sandbox.StateRunning {
-		writeE2BError(w, http.StatusBadGateway, "sandbox "+rec.ID+" is "+string(rec.State)+"; connect resumes it")
+	rec, ok := s.e2bRunning(w, r, rec)
+	if !ok {
 		return
 	}
 	s.proxy.forward(w, r, rec, r.URL.Path)

@@ -142,6 +142,15 @@ type Config struct {
 	// E2B adds the routes of E2B's control plane (*e2bapi.API) to the
 	// mux, behind the same authentication; nil leaves them out.
 	E2B RouteSet
+	// E2BDomain, when set, serves E2B's domain mode: a request whose
+	// Host is "{port}-{id}.{E2BDomain}" (E2BDomain may carry a ":port",
+	// ignored here) goes to the agent of sandbox id for port 49983, else
+	// to that port in the box (Ports), with E2B's authentication
+	// (byHost).
+	E2BDomain string
+	// Ports carries domain-mode requests to ports in boxes; nil answers
+	// 501 there.
+	Ports *tunnel.Forwarder
 	// Limits bound each client's requests; zero: none.
 	Limits Limits
 	// Now is the clock of the limits; nil means time.Now.
@@ -305,12 +314,12 @@ func (s *Server) ownRoutes() map[string]http.HandlerFunc {
 
 // Handler returns the API without authentication (for the unix socket,
 // whose file mode is the access control).
-func (s *Server) Handler() http.Handler { return s.front(s.mux) }
+func (s *Server) Handler() http.Handler { return s.front(s.byHost(daemonAuth{any: true}, s.mux)) }
 
 // TokenHandler returns the API for TCP, where every request needs
 // the daemon's token (RequireToken).
 func (s *Server) TokenHandler(token string) http.Handler {
-	return s.front(RequireToken(token, s.mux))
+	return s.front(s.byHost(daemonAuth{token: token}, RequireToken(token, s.mux)))
 }
 
 // front runs every request of a listener: the rate limit (before

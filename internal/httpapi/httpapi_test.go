@@ -20,6 +20,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
 	"github.com/corral-sandbox/corral/internal/testutil"
+	"github.com/corral-sandbox/corral/internal/tunnel"
 )
 
 type fixture struct {
@@ -47,6 +48,10 @@ type fixture struct {
 	agentConns atomic.Int32
 	// audit, when an option sets it, is the API's audit trail.
 	audit *audit.Store
+	// e2bDomain and ports, when an option sets them, serve E2B's domain
+	// mode.
+	e2bDomain string
+	ports     *tunnel.Forwarder
 }
 
 // newFixture starts the API on a real Manager with sandboxtest's fakes;
@@ -144,6 +149,7 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 	s, err := New(Config{
 		Manager: m, Images: f.images, Builder: f.builder, Version: rest.Version{Version: "test", Runtimes: m.Runtimes()},
 		UploadDir: f.uploads, MaxUploadBytes: testMaxUpload, Agents: f.agents, Audit: al,
+		E2BDomain: f.e2bDomain, Ports: f.ports,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -676,6 +676,10 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 			p := plan{rec: cloneRecord(src), spec: *src.Spec, image: Image{TopLayer: src.Layer}}
 			p.rec.Name, p.rec.Pool, p.rec.Suspended, p.rec.ProcessesLost, p.rec.Origin = "", "", nil, nil, src.ID
 			p.rec.Deadline = time.Time{}
+			if p.rec.E2B != nil && p.rec.E2B.TrafficToken != "" {
+				// Its own, as its access token (build makes that).
+				p.rec.E2B.TrafficToken = rand.Text()
+			}
 			if len(req.Labels) > 0 {
 				if p.rec.Labels == nil {
 					p.rec.Labels = map[string]string{}

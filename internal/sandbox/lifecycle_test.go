@@ -1398,7 +1398,8 @@ func TestTimeoutActionPause(t *testing.T) {
 func TestAccessTokens(t *testing.T) {
 	ctx := testutil.Context(t)
 	_, m := newLifecycle(t)
-	a := mustCreate(t, m, sandbox.CreateRequest{})
+	e2b := &sandbox.E2BSettings{AutoResume: true, TrafficToken: "traffic-of-a", MaskRequestHost: "localhost"}
+	a := mustCreate(t, m, sandbox.CreateRequest{E2B: e2b})
 	b := mustCreate(t, m, sandbox.CreateRequest{})
 	if len(a.AccessToken) < 20 || a.AccessToken == b.AccessToken {
 		t.Errorf("access tokens %q and %q; want long and different", a.AccessToken, b.AccessToken)
@@ -1409,5 +1410,13 @@ func TestAccessTokens(t *testing.T) {
 	}
 	if tok := forks[0].AccessToken; tok == "" || tok == a.AccessToken {
 		t.Errorf("fork's access token %q; want its own", tok)
+	}
+	// The E2B settings are kept, with a traffic token of the fork's own.
+	if a.E2B == nil || *a.E2B != *e2b || b.E2B != nil {
+		t.Errorf("E2B settings %+v and %+v; want %+v and none", a.E2B, b.E2B, e2b)
+	}
+	f := forks[0].E2B
+	if f == nil || !f.AutoResume || f.MaskRequestHost != "localhost" || len(f.TrafficToken) < 20 || f.TrafficToken == e2b.TrafficToken {
+		t.Errorf("fork's E2B settings %+v; want the source's with a traffic token of its own", f)
 	}
 }

@@ -1265,6 +1265,7 @@ func newID() (string, error) {
 func cloneRecord(r Record) Record {
 	r.Env = maps.Clone(r.Env)
 	r.Labels = maps.Clone(r.Labels)
+	r.E2B = r.E2B.Clone()
 	return r
 }
 

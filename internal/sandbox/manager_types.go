@@ -106,6 +106,34 @@ type Record struct {
 	// TimeoutAction is what the deadline does: remove (the default) or
 	// pause the sandbox.
 	TimeoutAction TimeoutAction `json:"timeout_action,omitempty"`
+	// E2B holds the settings of a sandbox made through E2B's API; nil for
+	// others.
+	E2B *E2BSettings `json:"e2b,omitempty"`
+}
+
+// E2BSettings are what E2B's API asks of a sandbox beyond Corral's own
+// settings: how its data plane and its ports answer (internal/httpapi).
+type E2BSettings struct {
+	// AutoResume resumes the paused sandbox on a data-plane or port
+	// request (E2B's autoResume); without it a paused sandbox answers 502
+	// until connect resumes it.
+	AutoResume bool `json:"auto_resume,omitempty"`
+	// TrafficToken, when set, must be sent as E2B-Traffic-Access-Token on
+	// requests to the sandbox's ports by host name (E2B's
+	// allowPublicTraffic false); empty leaves them public.
+	TrafficToken string `json:"traffic_token,omitempty"`
+	// MaskRequestHost replaces the Host header of requests to the
+	// sandbox's ports; "${PORT}" in it becomes the port.
+	MaskRequestHost string `json:"mask_request_host,omitempty"`
+}
+
+// Clone returns a copy of s (nil for nil).
+func (s *E2BSettings) Clone() *E2BSettings {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	return &c
 }
 
 // TimeoutAction is what happens to a sandbox at its deadline.
@@ -166,7 +194,9 @@ type CreateRequest struct {
 	Timeout time.Duration
 	// TimeoutAction is what the timeout does ("" is TimeoutRemove).
 	TimeoutAction TimeoutAction
-	Runtime       string
+	// E2B: see Record.
+	E2B     *E2BSettings
+	Runtime string
 	// Tier is the isolation tier; empty means the tier of Runtime (or of
 	// the default runtime), or a snapshot's own tier. A tier that is not
 	// available fails with errdefs.ErrFailedPrecondition.

@@ -185,6 +185,7 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		Layer:       img.TopLayer,
 
 		TimeoutAction: req.TimeoutAction,
+		E2B:           req.E2B.Clone(),
 	}
 	if img.Disk != "" {
 		p.rec.Origin = imgName

@@ -236,7 +236,7 @@ func (m *Manager) handOut(ctx context.Context, b *box, p plan) (Record, error) {
 	rec.Pool = ""
 	rec.Name, rec.Labels, rec.Env, rec.Workdir, rec.User = p.rec.Name, p.rec.Labels, p.rec.Env, p.rec.Workdir, p.rec.User
 	rec.Timeout, rec.IdleTimeout, rec.IdleAction, rec.Network = p.rec.Timeout, p.rec.IdleTimeout, p.rec.IdleAction, p.rec.Network
-	rec.TimeoutAction = p.rec.TimeoutAction
+	rec.TimeoutAction, rec.E2B = p.rec.TimeoutAction, p.rec.E2B.Clone()
 	rec.Created = time.Now().UTC().Truncate(time.Millisecond)
 	rec.Deadline = time.Time{}
 	if rec.Timeout > 0 {

@@ -99,8 +99,14 @@ func Handler(cfg Config) http.Handler {
 		domain:  normDomain(cfg.Domain),
 		dummy:   newToken(),
 	}
-	dial := cfg.Dial
-	h.tr = &http.Transport{
+	h.tr = newTransport(cfg.Dial)
+	return h
+}
+
+// newTransport returns the Transport of requests to ports in boxes, which
+// dial connects to.
+func newTransport(dial Dialer) *http.Transport {
+	return &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			sandbox, port, err := parseUpstream(addr)
@@ -119,7 +125,6 @@ func Handler(cfg Config) http.Handler {
 		// Pass Accept-Encoding and bodies through as the two ends chose.
 		DisableCompression: true,
 	}
-	return h
 }
 
 // upstreamHost is the host name the Transport sees for port in sandbox.
@@ -312,23 +317,78 @@ func (h *handler) proxy(w http.ResponseWriter, r *http.Request, rt route, e Expo
 		},
 		Transport:     h.tr,
 		FlushInterval: -1,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the client went away
-			}
-			var de *dialError
-			msg := fmt.Sprintf("port %d in sandbox %s: %v", e.Port, e.Sandbox, err)
-			switch {
-			case errors.As(err, &de) && errors.Is(err, syscall.ECONNREFUSED):
-				msg = fmt.Sprintf("nothing is listening on port %d in sandbox %s", e.Port, e.Sandbox)
-			case errors.As(err, &de):
-				msg = de.Error()
-			}
-			log.G(r.Context()).Warn("forward to sandbox port", "sandbox", e.Sandbox, "port", e.Port, "error", err)
-			writeError(w, http.StatusBadGateway, "unavailable", msg)
-		},
+		ErrorHandler:  portError(e.Sandbox, e.Port),
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// portError answers a request that could not reach port in sandbox with
+// a 502 that says why.
+func portError(sandbox string, port int) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		var de *dialError
+		msg := fmt.Sprintf("port %d in sandbox %s: %v", port, sandbox, err)
+		switch {
+		case errors.As(err, &de) && errors.Is(err, syscall.ECONNREFUSED):
+			msg = fmt.Sprintf("nothing is listening on port %d in sandbox %s", port, sandbox)
+		case errors.As(err, &de):
+			msg = de.Error()
+		}
+		log.G(r.Context()).Warn("forward to sandbox port", "sandbox", sandbox, "port", port, "error", err)
+		writeError(w, http.StatusBadGateway, "unavailable", msg)
+	}
+}
+
+// Forwarder sends requests to ports in boxes without exposures (E2B's
+// domain mode, where the caller has checked the request): it shares
+// Handler's way of connecting, streaming and pooling connections per box
+// and port.
+type Forwarder struct {
+	tr *http.Transport
+}
+
+// NewForwarder returns a Forwarder that connects with dial.
+func NewForwarder(dial Dialer) *Forwarder {
+	return &Forwarder{tr: newTransport(dial)}
+}
+
+// Forward sends r as it is (path, query, headers, Host unless host is
+// set) to port in sandbox, with X-Forwarded-For/Proto/Host set and the
+// headers named in strip removed, and streams the answer back; failing to
+// reach the port is a 502 naming the sandbox and port.
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, sandbox string, port int, host string, strip ...string) {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			u := pr.Out.URL
+			u.Scheme = "http"
+			u.Host = upstreamHost(sandbox, port)
+			pr.Out.Host = pr.In.Host
+			if host != "" {
+				pr.Out.Host = host
+			}
+			pr.SetXForwarded()
+			for _, h := range strip {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport:     f.tr,
+		FlushInterval: -1,
+		ErrorHandler:  portError(sandbox, port),
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// ParseHost parses a Host header of the form "{port}-{id}.{domain}" (an
+// optional ":port" suffix and trailing dot ignored; domain matched without
+// regard to case or its own port) into the sandbox ID and port.
+func ParseHost(host, domain string) (id string, port int, ok bool) {
+	if h, _, err := net.SplitHostPort(domain); err == nil {
+		domain = h
+	}
+	return parseHost(host, normDomain(domain))
 }
 
 // errorBody is the JSON body of an error answered by the tunnel itself.

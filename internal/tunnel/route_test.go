@@ -198,3 +198,23 @@ func FuzzWithoutParam(f *testing.F) {
 		}
 	})
 }
+
+func TestParseHostDomainWithPort(t *testing.T) {
+	for _, tc := range []struct {
+		host, domain string
+		id           string
+		port         int
+		ok           bool
+	}{
+		{"49983-abc.e2b.test:8443", "e2b.test:8443", "abc", 49983, true},
+		{"3000-abc.E2B.test", "e2b.test:8443", "abc", 3000, true},
+		{"3000-abc.e2b.test", "E2B.Test.", "abc", 3000, true},
+		{"api.e2b.test:8443", "e2b.test:8443", "", 0, false},
+		{"3000-abc.other.test", "e2b.test:8443", "", 0, false},
+	} {
+		id, port, ok := ParseHost(tc.host, tc.domain)
+		if id != tc.id || port != tc.port || ok != tc.ok {
+			t.Errorf("ParseHost(%q, %q) = %q, %d, %v; want %q, %d, %v", tc.host, tc.domain, id, port, ok, tc.id, tc.port, tc.ok)
+		}
+	}
+}
