@@ -188,11 +188,16 @@ func testLifecycle(t *testing.T, rt sandbox.Runtime, env Env) {
 	if st.Pid <= 0 || !pidAlive(st.Pid) {
 		t.Fatalf("State(%q).Pid = %d; want a live pid", id, st.Pid)
 	}
+	if err := checkNetNS(st.NetNS); err != nil {
+		t.Errorf("State(%q).NetNS = %q: %v; want the box's network namespace", id, st.NetNS, err)
+	}
 	dialAgent(t, rt, id)
 	if err := rt.Stop(ctx, id, 200*time.Millisecond); err != nil {
 		t.Fatalf("Stop(%q) = %v; want nil", id, err)
 	}
-	wantState(t, ctx, rt, id, sandbox.StatusStopped)
+	if got := wantState(t, ctx, rt, id, sandbox.StatusStopped); got.NetNS != "" {
+		t.Errorf("State(%q).NetNS of a stopped sandbox = %q; want none", id, got.NetNS)
+	}
 	if pidAlive(st.Pid) {
 		t.Errorf("after Stop(%q): pid %d alive; want gone", id, st.Pid)
 	}
@@ -352,7 +357,9 @@ func testPause(t *testing.T, rt sandbox.Runtime, env Env) {
 		if err := p.Pause(ctx, id); err != nil {
 			t.Fatalf("Pause(%q) #%d = %v; want nil", id, i+1, err)
 		}
-		wantState(t, ctx, rt, id, sandbox.StatusPaused)
+		if got := wantState(t, ctx, rt, id, sandbox.StatusPaused); got.NetNS != st.NetNS {
+			t.Errorf("State(%q).NetNS of the paused sandbox = %q; want %q, as running", id, got.NetNS, st.NetNS)
+		}
 	}
 	if !pidAlive(st.Pid) {
 		t.Errorf("pid %d of paused sandbox %q is gone; want it kept", st.Pid, id)
