@@ -341,7 +341,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 func peerNames(cfg Config) []string {
 	var names []string
-	for _, p := range slices.Concat(cfg.Peers, cfg.DensityPeers) {
+	tiers := []string{}
+	if slices.Contains(cfg.Sections, SectionTiers) {
+		tiers = append(tiers, "runsc") // its raw peer
+	}
+	for _, p := range slices.Concat(cfg.Peers, cfg.DensityPeers, tiers) {
 		if !slices.Contains(names, p) {
 			names = append(names, p)
 		}

@@ -64,3 +64,16 @@ func TestTierRatios(t *testing.T) {
 		t.Errorf("Print() shows runsc's series %d times; want once, in the tiers table:\n%s", strings.Count(out, "runsc run true"), out)
 	}
 }
+
+// TestPeerNamesTiers: a run with the tiers section records raw runsc's
+// version with the machine, as it records every peer's.
+func TestPeerNamesTiers(t *testing.T) {
+	cfg := Config{Peers: []string{"crun"}, Sections: []string{SectionLifecycle}}
+	if got := peerNames(cfg); strings.Join(got, ",") != "crun" {
+		t.Errorf("peerNames(lifecycle only) = %q; want [crun]", got)
+	}
+	cfg.Sections = append(cfg.Sections, SectionTiers)
+	if got := peerNames(cfg); strings.Join(got, ",") != "crun,runsc" {
+		t.Errorf("peerNames(with tiers) = %q; want [crun runsc]", got)
+	}
+}
