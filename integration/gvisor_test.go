@@ -3,12 +3,17 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/corral-sandbox/corral/api/rest"
 )
@@ -126,5 +131,64 @@ func TestGVisorAgentRefusesBox(t *testing.T) {
 	// The daemon still drives the agent.
 	if out := d.must("exec", id, "--", "echo", "ok"); out != "ok\n" {
 		t.Errorf("exec after the box's attempts = %q", out)
+	}
+}
+
+// TestDefaultTier: with default_tier = "gvisor", a create that names no
+// tier or runtime gets the gvisor tier, corral info says so, and naming
+// the container tier still works. A daemon whose default tier is not
+// available does not start, and says which key to change.
+func TestDefaultTier(t *testing.T) {
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("runsc not installed (the gvisor tier): scripts/deps.sh installs it")
+	}
+	d := startDaemonWith(t, func(cfg *string, _ string) { *cfg += "default_tier = \"gvisor\"\n" })
+	var info rest.Info
+	if err := json.Unmarshal([]byte(d.must("info", "--format", "json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.DefaultTier != "gvisor" || info.DefaultRuntime != "runsc" || !d.tierInfo("gvisor").Default || d.tierInfo("container").Default {
+		t.Errorf("info = default tier %q, runtime %q, tiers %+v; want gvisor, runsc, gvisor the default", info.DefaultTier, info.DefaultRuntime, info.Tiers)
+	}
+	if out := d.must("info"); !strings.Contains(out, "Default Tier:") || !strings.Contains(out, "gvisor") {
+		t.Errorf("corral info does not show the default tier:\n%s", out)
+	}
+	for _, tc := range []struct {
+		args          []string
+		tier, runtime string
+	}{
+		{nil, "gvisor", "runsc"},
+		{[]string{"--tier", "container"}, "container", "crun"},
+	} {
+		id := d.create(append([]string{"--image", "busybox"}, tc.args...)...)
+		var sb []rest.Sandbox
+		if err := json.Unmarshal([]byte(d.must("inspect", id)), &sb); err != nil || len(sb) != 1 || sb[0].Tier != tc.tier || sb[0].Runtime != tc.runtime {
+			t.Errorf("create %v: inspect = %+v, %v; want tier %s, runtime %s", tc.args, sb, err, tc.tier, tc.runtime)
+		}
+		d.must("rm", "-f", id)
+	}
+
+	// runsc missing: the daemon refuses to start.
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "corral.toml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`version = 1
+root = %q
+run_dir = %q
+socket = %q
+default_tier = "gvisor"
+[runtime.gvisor]
+path = "/nonexistent/runsc"
+`, filepath.Join(dir, "root"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "corral.sock"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, corralBin, "serve", "--config", conf).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `default_tier "gvisor" is not available`) || !strings.Contains(string(out), "install the runsc package") {
+		t.Errorf("corral serve with default_tier gvisor and no runsc = %v\n%s\nwant a start error naming default_tier and the package", err, out)
+	}
+	if strings.Contains(readFile("/proc/self/mountinfo"), " "+filepath.Join(dir, "run")+" ") {
+		t.Errorf("the refused daemon left its run_dir mounted")
+		_ = syscall.Unmount(filepath.Join(dir, "run"), syscall.MNT_DETACH)
 	}
 }

@@ -557,8 +557,11 @@ type Info struct {
 	// Root holds the daemon's state; RunDir its run-time state.
 	Root   string `json:"root"`
 	RunDir string `json:"run_dir"`
-	// DefaultImage and DefaultRuntime serve requests that name none.
+	// DefaultImage serves requests that name no image; DefaultTier (the
+	// daemon's default_tier) and DefaultRuntime (that tier's default)
+	// requests that name neither a tier nor a runtime.
 	DefaultImage   string     `json:"default_image"`
+	DefaultTier    string     `json:"default_tier"`
 	DefaultRuntime string     `json:"default_runtime"`
 	Cgroup         CgroupInfo `json:"cgroup"`
 	// Runtimes are the configured runtimes, available or not.
@@ -626,7 +629,7 @@ type TierInfo struct {
 	Available      bool     `json:"available"`
 	// Missing says why the tier is not available and what to install.
 	Missing string `json:"missing,omitempty"`
-	// Default is set on the tier of the default runtime.
+	// Default is set on the default tier (the daemon's default_tier).
 	Default bool `json:"default,omitempty"`
 }
 

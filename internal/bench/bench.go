@@ -46,13 +46,14 @@ const (
 	SectionThroughput = "throughput" // create+remove per second
 	SectionDensity    = "density"    // idle sandboxes per host memory
 	SectionOps        = "ops"        // fork, suspend/resume, warm pool
+	SectionTiers      = "tiers"      // gvisor vs raw runsc, exec per tier, userns cost (tiers.go)
 )
 
 // AllSections is the default of Config.Sections, in the order they run:
 // density last, because the kernel goes on freeing the namespaces and slab
 // of its 1000 removed boxes for tens of seconds, which would slow whatever
 // ran next (the warm-pool figures of the ops section did).
-var AllSections = []string{SectionLifecycle, SectionOps, SectionThroughput, SectionDensity}
+var AllSections = []string{SectionLifecycle, SectionOps, SectionTiers, SectionThroughput, SectionDensity}
 
 // Result groups, the sections of the table and of the chart.
 const (
@@ -112,6 +113,9 @@ type Config struct {
 	// DaemonSocket is the path of the daemon's unix socket, if it is one:
 	// density then also reports the growth of the daemon's RSS.
 	DaemonSocket string
+	// DaemonBinary is the corral binary the tiers section starts its own
+	// daemons with (userns on and off); empty skips that comparison.
+	DaemonBinary string
 	// WorkDir holds the peers' bundles; a temporary directory by default.
 	WorkDir string
 	// Progress, when set, gets a line as each measurement starts.
@@ -188,6 +192,8 @@ type Report struct {
 	Density    []Density          `json:"density,omitempty"`
 	// Suspend holds the size of suspended sandboxes' saved state.
 	Suspend *SuspendSize `json:"suspend,omitempty"`
+	// TierRatios are the tiers section's verdicts (tiers.go).
+	TierRatios []TierRatio `json:"tier_ratios,omitempty"`
 }
 
 // Result names of Corral's own series.
@@ -323,6 +329,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.density(ctx)
 		case SectionOps:
 			r.ops(ctx)
+		case SectionTiers:
+			r.tiers(ctx)
 		}
 		if err := ctx.Err(); err != nil {
 			return r.rep, err
@@ -333,7 +341,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 func peerNames(cfg Config) []string {
 	var names []string
-	for _, p := range slices.Concat(cfg.Peers, cfg.DensityPeers) {
+	tiers := []string{}
+	if slices.Contains(cfg.Sections, SectionTiers) {
+		tiers = append(tiers, "runsc") // its raw peer
+	}
+	for _, p := range slices.Concat(cfg.Peers, cfg.DensityPeers, tiers) {
 		if !slices.Contains(names, p) {
 			names = append(names, p)
 		}

@@ -50,8 +50,10 @@ func (r *run) peer(ctx context.Context, name string) (*peer, error) {
 		p, err = r.bwrap()
 	case "podman":
 		p, err = r.podman(ctx)
+	case "runsc":
+		p, err = r.rawRunsc(ctx)
 	default:
-		err = fmt.Errorf("unknown peer %q (want crun, runc, bwrap or podman)", name)
+		err = fmt.Errorf("unknown peer %q (want crun, runc, runsc, bwrap or podman)", name)
 	}
 	if err != nil {
 		return nil, err

@@ -41,7 +41,10 @@ func printReport(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintln(w)
 	}
-	printResults(w, rep, func(g string) bool { return g != GroupFork && g != GroupSuspend }, true)
+	main := func(g string) bool { return g != GroupFork && g != GroupSuspend && g != GroupTiers }
+	if slices.ContainsFunc(rep.Results, func(r Result) bool { return main(r.group()) }) {
+		printResults(w, rep, main, true)
+	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w)
 		for _, k := range slices.Sorted(maps.Keys(rep.Ratios)) {
@@ -54,6 +57,10 @@ func printReport(w io.Writer, rep *Report) {
 		if s := rep.Suspend; s != nil {
 			fmt.Fprintf(w, "saved memory of a suspended idle sandbox: %s (median of %d)\n", mib(s.MemoryBytes), s.Samples)
 		}
+	}
+	if len(rep.TierRatios) > 0 {
+		fmt.Fprintln(w)
+		printTiers(w, rep)
 	}
 	if len(rep.Throughput) > 0 {
 		fmt.Fprintln(w)
@@ -77,7 +84,7 @@ func printResults(w io.Writer, rep *Report, in func(group string) bool, ratios b
 	}
 	life := rep.result(NameLifecycle)
 	var results []Result
-	for _, g := range []string{GroupLifecycle, GroupExec, GroupFork, GroupSuspend} {
+	for _, g := range []string{GroupLifecycle, GroupExec, GroupFork, GroupSuspend, GroupTiers} {
 		if in(g) {
 			results = append(results, rep.groupResults(g)...)
 		}
@@ -217,6 +224,7 @@ func printTargets(w io.Writer, rep *Report) {
 	if r := rep.result(NameResume); r != nil && r.Err == "" && r.Median > 0 {
 		fmt.Fprintf(w, "target memory restore <= 100 ms for a small process tree: %s (resume of a suspended box %s)\n", verdict(r.Median <= 100*time.Millisecond), ms(r.Median))
 	}
+	printTierTargets(w, rep)
 }
 
 // bestThroughput is Corral's series with the highest rate, or nil.

@@ -2,6 +2,7 @@ package build
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -228,5 +229,37 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fakeSandboxes records the create requests of a build and refuses them.
+type fakeSandboxes struct{ reqs []sandbox.CreateRequest }
+
+func (f *fakeSandboxes) Create(_ context.Context, req sandbox.CreateRequest) (sandbox.Record, error) {
+	f.reqs = append(f.reqs, req)
+	return sandbox.Record{}, errFakeCreate
+}
+
+func (f *fakeSandboxes) Commit(context.Context, string, func(context.Context, string) error) error {
+	return nil
+}
+func (f *fakeSandboxes) Delete(context.Context, string, bool) error { return nil }
+
+var errFakeCreate = errors.New("fake create")
+
+// TestRunStepTier: a build step's box is in the container tier whatever
+// the daemon's default_tier, with the host's network or without.
+func TestRunStepTier(t *testing.T) {
+	for _, network := range []string{"", "none"} {
+		f := &fakeSandboxes{}
+		sp := &spec.Spec{}
+		sp.Build.Network = network
+		st := &state{b: &Builder{sandboxes: f, StepTimeout: time.Minute}, sp: sp, base: sandbox.Image{Name: "busybox"}}
+		if _, err := st.run(testutil.Context(t), 1, "run", "true"); !errors.Is(err, errFakeCreate) {
+			t.Fatalf("run() = %v; want the fake's refusal", err)
+		}
+		if len(f.reqs) != 1 || f.reqs[0].Tier != sandbox.TierContainer {
+			t.Errorf("build network %q: create requests %+v; want one in tier %s", network, f.reqs, sandbox.TierContainer)
+		}
 	}
 }

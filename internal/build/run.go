@@ -34,6 +34,10 @@ func (st *state) run(ctx context.Context, i int, name, script string) (string, e
 		Timeout:     st.b.StepTimeout + 5*60e9,
 		HostNetwork: sp.Build.Network != "none",
 		Ephemeral:   true,
+		// Build steps run in the container tier whatever the daemon's
+		// default_tier: a gvisor box cannot share the host's network (its
+		// agent listens in the box's own namespace).
+		Tier: sandbox.TierContainer,
 	}
 	rec, err := st.b.sandboxes.Create(ctx, req)
 	if err != nil {

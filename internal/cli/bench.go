@@ -47,6 +47,13 @@ run, bwrap, podman run --rm, each on the same busybox root file system):
               pool ready, fork of a sandbox that wrote 1 MiB and 1 GiB (and
               with --memory-state), pause, suspend and resume (with the size
               of the saved memory), filesystem-only suspend and resume
+  tiers       the gvisor tier's create -> first exec -> rm next to a raw
+              "runsc run" of true; the exec round trip in a gvisor box next
+              to one in a container box; and the cost of the user
+              namespace: the container tier's lifecycle and create+rm
+              throughput on two daemons bench starts with state of its own
+              under a temporary directory, alike but for userns = "on" and
+              "off" (removed at the end); every verdict is a ratio
 
 Peers need root (they create containers) and say "not installed" when
 missing. podman runs with storage (and crun state) of its own under a
@@ -63,7 +70,9 @@ of the tables, --json-file FILE writes it next to them.
 
 Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 <= 2 ms median; >= 100 create+rm per second; >= 1000 idle boxes at
-<= 2 MiB of host memory each.`,
+<= 2 MiB of host memory each; gvisor lifecycle within 1.2x of raw "runsc
+run"; gvisor exec within 3x of the container tier's; the user namespace
+within 10% (lifecycle and throughput).`,
 		Example: `  sudo corral bench --chart bench.svg --json-file bench.json
   sudo corral bench --only lifecycle,throughput --lifecycles 100 --execs 1000
   sudo corral bench --only density --density 200 --density-peers crun
@@ -80,6 +89,9 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 			cfg.Sections = splitList(only)
 			if sock, ok := strings.CutPrefix(a.host, "unix://"); ok {
 				cfg.DaemonSocket = sock
+			}
+			if exe, err := os.Executable(); err == nil {
+				cfg.DaemonBinary = exe // the tiers section's own daemons
 			}
 			if !jsonOut {
 				cfg.Progress = a.streams.Err
@@ -123,10 +135,10 @@ Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
 	f := cmd.Flags()
 	f.StringVar(&cfg.Image, "image", "busybox", "image of Corral's sandboxes (the peers run the same busybox root)")
 	f.StringVar(&cfg.Runtime, "runtime", "", "daemon runtime to measure (default: the daemon's)")
-	f.StringVar(&only, "only", strings.Join(bench.AllSections, ","), "comma-separated sections to run: lifecycle, throughput, density, ops")
+	f.StringVar(&only, "only", strings.Join(bench.AllSections, ","), "comma-separated sections to run: "+strings.Join(bench.AllSections, ", "))
 	f.IntVar(&cfg.Lifecycles, "lifecycles", 30, "create+exec+rm rounds, cold and (ops) with a warm pool, and raw runs per peer")
 	f.IntVar(&cfg.Execs, "execs", 300, "exec round trips")
-	f.StringVar(&peers, "peers", "crun,runc,bwrap,podman", "comma-separated raw peers: crun, runc, bwrap, podman")
+	f.StringVar(&peers, "peers", "crun,runc,bwrap,podman", "comma-separated raw peers: crun, runc, runsc, bwrap, podman (the tiers section runs runsc on its own)")
 	f.IntSliceVar(&cfg.Clients, "clients", bench.DefaultClients(), "concurrent clients of the throughput measurement")
 	f.IntVar(&cfg.ThroughputOps, "ops", 100, "create+rm (or peer runs) per throughput series")
 	f.IntVar(&cfg.DensityBoxes, "density", 1000, "idle sandboxes the density measurement starts")

@@ -69,6 +69,9 @@ func printInfo(w io.Writer, info *rest.Info) error {
 	p(0, "Host", "%s/%s, kernel %s, %d CPUs, %s memory", info.OS, info.Arch, info.Kernel, info.CPUs, FormatSize(info.MemoryBytes))
 	p(0, "Cgroup", "%s (driver %s, parent /%s)", info.Cgroup.Version, info.Cgroup.Driver, info.Cgroup.Parent)
 	p(0, "Default Image", "%s", info.DefaultImage)
+	if info.DefaultTier != "" {
+		p(0, "Default Tier", "%s", info.DefaultTier)
+	}
 	p(0, "Default Runtime", "%s", info.DefaultRuntime)
 	fmt.Fprintln(tw, "Runtimes:")
 	for _, r := range info.Runtimes {

@@ -79,6 +79,11 @@ type Config struct {
 	// Runtimes is the deprecated alias of runtime.container.runtimes; set,
 	// it replaces that key.
 	Runtimes []string `toml:"runtimes"`
+	// DefaultTier is the isolation tier of requests that name neither a
+	// tier nor a runtime ("container" or "gvisor"): they get that tier's
+	// default runtime. The daemon does not start when the tier is not
+	// available on the host; it never falls back to another tier.
+	DefaultTier string `toml:"default_tier"`
 	// Runtime holds one table per isolation tier: [runtime.container] and
 	// [runtime.gvisor].
 	Runtime RuntimeTables `toml:"runtime"`
@@ -353,6 +358,7 @@ func DefaultConfig() Config {
 		DiskVolume:           overlay.DiskVolumeAuto,
 		DiskVolumeDirtyBytes: overlay.DefaultVolumeDirtyBytes,
 		Socket:               "/run/corral/corral.sock",
+		DefaultTier:          sandbox.TierContainer,
 		Runtime: RuntimeTables{
 			Container: ContainerTier{Runtimes: []string{"crun", "runc"}, Default: "crun"},
 			GVisor:    GVisorTier{Enabled: true, Platform: oci.DefaultRunscPlatform},
@@ -441,6 +447,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Runtime.GVisor.Validate(); err != nil {
+		return err
+	}
+	if err := c.validateDefaultTier(); err != nil {
 		return err
 	}
 	runtimes := c.Runtime.Container.Runtimes

@@ -90,6 +90,9 @@ pids = 256
 		{"gvisor path relative", "version = 1\n[runtime.gvisor]\npath = \"runsc\"\n", "runtime.gvisor.path"},
 		{"gvisor own flag", "version = 1\n[runtime.gvisor]\nflags = [\"--network=sandbox\"]\n", "--network is set by corral"},
 		{"gvisor flag not a flag", "version = 1\n[runtime.gvisor]\nflags = [\"debug\"]\n", "is not a flag"},
+		{"default tier gvisor", "version = 1\ndefault_tier = \"gvisor\"\n", ""},
+		{"default tier unknown", "version = 1\ndefault_tier = \"microvm\"\n", "default_tier \"microvm\" is not one of container, gvisor"},
+		{"default tier disabled", "version = 1\ndefault_tier = \"gvisor\"\n[runtime.gvisor]\nenabled = false\n", "default_tier \"gvisor\" needs runtime.gvisor.enabled = true"},
 		{"limits", "version = 1\n[limits]\nrequests_per_second = 50.0\nrequest_burst = 100\nmax_sandboxes = 200\ncpu_overcommit = 4.0\nmemory_overcommit = 1.5\n", ""},
 		{"limits negative", "version = 1\n[limits]\nmax_sandboxes = -1\n", "limits: requests_per_second, request_burst, max_sandboxes"},
 		{"limits nan", "version = 1\n[limits]\ncpu_overcommit = nan\n", "limits:"},
@@ -112,6 +115,12 @@ pids = 256
 	cfg, err := LoadConfig(write("version = 1\nroot = \"/srv/corral\"\n"))
 	if err != nil || cfg.Root != "/srv/corral" || cfg.Socket != "/run/corral/corral.sock" || cfg.defaultRuntime() != "crun" {
 		t.Errorf("LoadConfig() = %+v, %v; want root /srv/corral over the defaults", cfg, err)
+	}
+	if cfg, err := LoadConfig(write("version = 1\ndefault_tier = \"gvisor\"\n")); err != nil || cfg.defaultRuntime() != RunscName || cfg.defaultTier() != "gvisor" {
+		t.Errorf("LoadConfig(default_tier = gvisor) = %v; default runtime %q, tier %q; want runsc, gvisor", err, cfg.defaultRuntime(), cfg.defaultTier())
+	}
+	if DefaultConfig().defaultTier() != "container" {
+		t.Errorf("default default_tier = %q; want container", DefaultConfig().defaultTier())
 	}
 	if _, err := LoadConfig(filepath.Join(dir, "missing.toml")); err == nil {
 		t.Errorf("LoadConfig(missing) = nil; want error")

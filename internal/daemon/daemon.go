@@ -599,11 +599,11 @@ func (d *Daemon) TunnelHandler() http.Handler {
 			if _, err := d.manager.EnsureRunning(ctx, id); err != nil {
 				return nil, err
 			}
-			_, pid, err := d.manager.AgentPid(ctx, id)
+			_, netns, err := d.manager.NetNS(ctx, id)
 			if err != nil {
 				return nil, err
 			}
-			return network.DialInNS(network.NSPath(pid), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+			return network.DialInNS(netns, "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 		},
 		Resolve: func(idOrName string) (string, error) {
 			rec, err := d.manager.Get(context.Background(), idOrName)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/internal/runtime/oci"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // runtimeVersionTimeout bounds `<runtime> --version`.
@@ -80,9 +81,13 @@ func refusedHint(ri rest.RuntimeInfo) string {
 	return fmt.Sprintf("install a fixed release (and set runtime_paths.%s to it if it is not first in PATH), or add %q to allow_unsafe_runtimes to run it anyway", ri.Name, ri.Name)
 }
 
-// errDefaultRuntime is the start failure when the default runtime is not
-// offered.
+// errDefaultRuntime is the start failure when the default runtime (the
+// default tier's) is not offered.
 func errDefaultRuntime(ri rest.RuntimeInfo) error {
+	if ri.Name == RunscName {
+		return fmt.Errorf("default_tier %q is not available on this host: runsc is %s: %s; %s, or set default_tier = %q: %w",
+			sandbox.TierGVisor, strings.ReplaceAll(ri.Status, "_", " "), ri.Reason, refusedHint(ri), sandbox.TierContainer, errdefs.ErrUnavailable)
+	}
 	return fmt.Errorf("default runtime %s is %s: %s; set default_runtime to another runtime, or %s: %w",
 		ri.Name, strings.ReplaceAll(ri.Status, "_", " "), ri.Reason, refusedHint(ri), errdefs.ErrUnavailable)
 }

@@ -68,4 +68,19 @@ func TestAssessRuntime(t *testing.T) {
 			t.Errorf("errDefaultRuntime(refused runc) = %v; want unavailable naming %q", err, want)
 		}
 	}
+
+	// A default tier whose runtime is missing names default_tier.
+	cfg = DefaultConfig()
+	cfg.DefaultTier = "gvisor"
+	cfg.Runtime.GVisor.Path = "/nonexistent/runsc"
+	ri := assessRuntime(ctx, cfg, RunscName)
+	if !ri.Default {
+		t.Errorf("assessRuntime(runsc) with default_tier gvisor: Default = false; want the default runtime")
+	}
+	err = errDefaultRuntime(ri)
+	for _, want := range []string{`default_tier "gvisor" is not available`, "install the runsc package", `set default_tier = "container"`} {
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("errDefaultRuntime(missing runsc) = %v; want unavailable naming %q", err, want)
+		}
+	}
 }

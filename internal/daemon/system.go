@@ -23,7 +23,7 @@ func (d *Daemon) Info(ctx context.Context) (rest.Info, error) {
 		Version: version.Version, GoVersion: goruntime.Version(),
 		OS: goruntime.GOOS, Arch: goruntime.GOARCH, CPUs: goruntime.NumCPU(),
 		Root: cfg.Root, RunDir: cfg.RunDir,
-		DefaultImage: d.manager.DefaultImage(), DefaultRuntime: cfg.defaultRuntime(),
+		DefaultImage: d.manager.DefaultImage(), DefaultTier: cfg.defaultTier(), DefaultRuntime: cfg.defaultRuntime(),
 		Cgroup:    rest.CgroupInfo{Version: cgroupMode(), Driver: "cgroupfs", Parent: cfg.CgroupParent},
 		Runtimes:  slices.Clone(d.runtimes),
 		Sandboxes: rest.SandboxCounts{ByState: map[string]int{}},

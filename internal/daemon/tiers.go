@@ -122,8 +122,27 @@ func (c Config) normalize() (Config, error) {
 	return c, nil
 }
 
-// defaultRuntime is the runtime of requests that name nothing.
+// defaultTier is DefaultTier with its default.
+func (c Config) defaultTier() string { return cmp.Or(c.DefaultTier, sandbox.TierContainer) }
+
+// validateDefaultTier checks default_tier: a tier this build knows, and
+// one the configuration offers.
+func (c Config) validateDefaultTier() error {
+	switch t := c.defaultTier(); {
+	case !slices.Contains(sandbox.KnownTiers, t):
+		return fmt.Errorf("default_tier %q is not one of %s: %w", c.DefaultTier, strings.Join(sandbox.KnownTiers, ", "), errdefs.ErrInvalidArgument)
+	case t == sandbox.TierGVisor && !c.Runtime.GVisor.Enabled:
+		return fmt.Errorf("default_tier %q needs runtime.gvisor.enabled = true (or set default_tier = %q): %w", t, sandbox.TierContainer, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// defaultRuntime is the runtime of requests that name nothing: the
+// default tier's default runtime.
 func (c Config) defaultRuntime() string {
+	if c.defaultTier() == sandbox.TierGVisor {
+		return RunscName
+	}
 	n, err := c.normalize()
 	if err != nil {
 		return c.Runtime.Container.Default

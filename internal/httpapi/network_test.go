@@ -38,7 +38,7 @@ type fakeNetworker struct {
 
 func (n *fakeNetworker) Prepare(string, netpolicy.Settings) ([]byte, error) { return nil, nil }
 
-func (n *fakeNetworker) Attach(_ context.Context, id string, _ int, set netpolicy.Settings) error {
+func (n *fakeNetworker) Attach(_ context.Context, id, _ string, _ int, set netpolicy.Settings) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.attached[id] = set

@@ -58,7 +58,7 @@ func proxiedBox(b *testing.B, upstream string) (dial func() (net.Conn, error)) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { svc.Close() })
-	if err := svc.Attach(context.Background(), "bench", nsPid(ns), netpolicy.Settings{Mode: netpolicy.ModeFull}); err != nil {
+	if err := svc.Attach(context.Background(), "bench", ns, nsPid(ns), netpolicy.Settings{Mode: netpolicy.ModeFull}); err != nil {
 		b.Fatal(err)
 	}
 	return func() (net.Conn, error) { return DialInNS(ns, "tcp4", "203.0.113.1:9000") }

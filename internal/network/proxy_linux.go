@@ -91,7 +91,7 @@ func (b *boxNet) handle(raw net.Conn) {
 		b.record(ev, Deny, err.Error())
 		return
 	}
-	if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
+	if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok && b.pid > 0 {
 		ev.Exec, ev.Process = attribute(b.diag, b.pid, netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port()), dst)
 	}
 	ev.Addr, ev.Port = dst.Addr().String(), dst.Port()

@@ -100,9 +100,9 @@ func TestProxyAllowlist(t *testing.T) {
 	up := hostEcho()
 	defer up.Close()
 	f := newFakeNet(t, up.Listener.Addr().String())
-	err := f.svc.Attach(context.Background(), "box1", 1, netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"allowed.test", "rebind.test"}})
+	err := f.svc.Attach(context.Background(), "box1", "/proc/1/ns/net", 1, netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"allowed.test", "rebind.test"}})
 	if err == nil {
-		t.Fatal("Attach with pid 1 (the host's init) must not wire the host's namespace")
+		t.Fatal("Attach in the namespace of pid 1 (the host's init) must not wire the host's namespace")
 	}
 	_ = ns
 }
@@ -113,7 +113,7 @@ func TestProxyTransparentHTTP(t *testing.T) {
 	defer up.Close()
 	f := newFakeNet(t, up.Listener.Addr().String())
 	pid := nsPid(ns)
-	if err := f.svc.Attach(context.Background(), "box1", pid, netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"allowed.test", "rebind.test"}}); err != nil {
+	if err := f.svc.Attach(context.Background(), "box1", ns, pid, netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"allowed.test", "rebind.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	// Allowed: the proxy dials the address it resolved, not the one the
@@ -175,7 +175,7 @@ func TestProxyTransparentHTTP(t *testing.T) {
 	}
 
 	// A policy change applies to the next connection.
-	if err := f.svc.Attach(context.Background(), "box1", pid, netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"forbidden.test"}}); err != nil {
+	if err := f.svc.Attach(context.Background(), "box1", ns, pid, netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"forbidden.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	if resp, body := get(t, ns, "192.0.2.10:80", "allowed.test"); resp == nil || resp.StatusCode != http.StatusForbidden {
@@ -202,7 +202,7 @@ func TestProxyTLSByServerName(t *testing.T) {
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tls ok") }))
 	defer up.Close()
 	f := newFakeNet(t, up.Listener.Addr().String())
-	if err := f.svc.Attach(context.Background(), "box2", nsPid(ns), netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"*.allowed.test:443"}}); err != nil {
+	if err := f.svc.Attach(context.Background(), "box2", ns, nsPid(ns), netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"*.allowed.test:443"}}); err != nil {
 		t.Fatal(err)
 	}
 	try := func(sni string) error {

@@ -99,7 +99,7 @@ func New(cfg Config) (*Service, error) {
 type boxNet struct {
 	s      *Service
 	id     string
-	pid    int
+	pid    int // the box's PID 1 on the host, for attribution; 0: none
 	ls     *listeners
 	diag   *sockDiag
 	log    *eventLog
@@ -153,10 +153,12 @@ func (s *Service) loadOrMakeCA(id string) (*secrets.CA, error) {
 	return ca, nil
 }
 
-// Attach wires the network namespace of the box whose agent is pid and
-// starts serving its egress under set. Attaching an attached box only
-// updates its settings.
-func (s *Service) Attach(ctx context.Context, id string, pid int, set netpolicy.Settings) error {
+// Attach wires the box's network namespace netns (a path to open and
+// join) and starts serving its egress under set. pid, when not 0, is the
+// host pid of the box's PID 1, among whose descendants the egress log
+// finds the process behind each connection; 0 attributes none. Attaching
+// an attached box only updates its settings.
+func (s *Service) Attach(ctx context.Context, id, netns string, pid int, set netpolicy.Settings) error {
 	pol, err := netpolicy.NewPolicy(set.Mode, set.Allow)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
@@ -168,6 +170,9 @@ func (s *Service) Attach(ctx context.Context, id string, pid int, set netpolicy.
 		b.settings.Store(&set)
 		b.bucket.setRate(b.limits().ConnectionsPerMinute)
 		return nil
+	}
+	if netns == "" {
+		return fmt.Errorf("attach %s: no network namespace given: %w", id, errdefs.ErrInvalidArgument)
 	}
 	if err := os.MkdirAll(s.dir(id), 0o700); err != nil {
 		return err
@@ -191,11 +196,11 @@ func (s *Service) Attach(ctx context.Context, id string, pid int, set netpolicy.
 		return fmt.Errorf("egress log: %w", err)
 	}
 	box := BoxAddr(id)
-	if b.diag, err = newSockDiag(NSPath(pid)); err != nil {
+	if b.diag, err = newSockDiag(netns); err != nil {
 		b.log.close()
 		return err
 	}
-	if b.ls, err = wire(NSPath(pid), box); err != nil {
+	if b.ls, err = wire(netns, box); err != nil {
 		b.diag.Close()
 		b.log.close()
 		return err

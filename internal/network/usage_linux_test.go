@@ -95,7 +95,7 @@ func TestBudgetSurvivesDetach(t *testing.T) {
 	defer up.Close()
 	f := newFakeNet(t, up.Listener.Addr().String())
 	set := netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"allowed.test"}, Limits: netpolicy.Limits{EgressBytes: budget}}
-	if err := f.svc.Attach(context.Background(), "box1", nsPid(ns), set); err != nil {
+	if err := f.svc.Attach(context.Background(), "box1", ns, nsPid(ns), set); err != nil {
 		t.Fatal(err)
 	}
 	if _, got := get(t, ns, "192.0.2.10:80", "allowed.test"); len(got) >= len(body) {
@@ -108,7 +108,7 @@ func TestBudgetSurvivesDetach(t *testing.T) {
 	if n, err := f.svc.EgressUsed("box1"); err != nil || n != used {
 		t.Fatalf("EgressUsed after detach = %d, %v; want %d", n, err, used)
 	}
-	if err := f.svc.Attach(context.Background(), "box1", nsPid(ns), set); err != nil {
+	if err := f.svc.Attach(context.Background(), "box1", ns, nsPid(ns), set); err != nil {
 		t.Fatal(err)
 	}
 	if resp, got := get(t, ns, "192.0.2.10:80", "allowed.test"); resp != nil && resp.StatusCode == http.StatusOK {

@@ -17,9 +17,13 @@ type Networker interface {
 	// Prepare makes the box's CA when it has secrets and returns its
 	// certificate (PEM) for the box's trust store; nil without secrets.
 	Prepare(id string, set netpolicy.Settings) ([]byte, error)
-	// Attach wires the namespace of the box whose agent is pid and serves
-	// its egress; on an attached box it only updates the settings.
-	Attach(ctx context.Context, id string, pid int, set netpolicy.Settings) error
+	// Attach wires the box's network namespace netns (State.NetNS) and
+	// serves its egress; on an attached box it only updates the settings.
+	// pid, when not 0, is the host pid of the box's PID 1 (State.Pid):
+	// the egress log names the process behind each connection among its
+	// descendants. A box whose processes are not host processes (a VM)
+	// passes 0 and its connections are not attributed.
+	Attach(ctx context.Context, id, netns string, pid int, set netpolicy.Settings) error
 	// Detach stops serving the box; purge also removes its state.
 	Detach(id string, purge bool) error
 	// Attached reports whether the box is served.
@@ -183,10 +187,10 @@ func (m *Manager) attachNetwork(ctx context.Context, rec Record) error {
 	if err != nil {
 		return err
 	}
-	if st.Pid <= 0 {
-		return fmt.Errorf("sandbox %s has no running agent: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	if st.NetNS == "" {
+		return fmt.Errorf("sandbox %s has no network namespace (is it running?): %w", rec.ID, errdefs.ErrFailedPrecondition)
 	}
-	return m.cfg.Network.Attach(ctx, rec.ID, st.Pid, *rec.Network)
+	return m.cfg.Network.Attach(ctx, rec.ID, st.NetNS, st.Pid, *rec.Network)
 }
 
 // SetNetwork changes a running box's network settings (mode, allowlist,
@@ -227,7 +231,7 @@ func (m *Manager) SetNetwork(ctx context.Context, idOrName string, set netpolicy
 		}
 	case m.cfg.Network != nil && m.cfg.Network.Attached(rec.ID):
 		// Mode none on a wired box: keep the wiring, deny everything.
-		if err := m.cfg.Network.Attach(ctx, rec.ID, 0, set); err != nil {
+		if err := m.cfg.Network.Attach(ctx, rec.ID, "", 0, set); err != nil {
 			return Record{}, err
 		}
 	}
@@ -238,25 +242,25 @@ func (m *Manager) SetNetwork(ctx context.Context, idOrName string, set netpolicy
 	return rec, nil
 }
 
-// AgentPid returns the ID of the running sandbox idOrName and the host pid
-// of its agent (tunnels dial into its network namespace).
-func (m *Manager) AgentPid(ctx context.Context, idOrName string) (string, int, error) {
+// NetNS returns the ID of the running sandbox idOrName and its network
+// namespace as its runtime reports it (State.NetNS): tunnels dial into it.
+func (m *Manager) NetNS(ctx context.Context, idOrName string) (string, string, error) {
 	b, err := m.lookup(idOrName)
 	if err != nil {
-		return "", 0, err
+		return "", "", err
 	}
 	m.mu.Lock()
 	rec := b.rec
 	m.mu.Unlock()
 	if rec.State != StateRunning {
-		return "", 0, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+		return "", "", fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
 	}
 	st, err := m.cfg.Runtimes[rec.Runtime].State(ctx, rec.ID)
 	if err != nil {
-		return "", 0, err
+		return "", "", err
 	}
-	if st.Pid <= 0 {
-		return "", 0, fmt.Errorf("sandbox %s has no running agent: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	if st.NetNS == "" {
+		return "", "", fmt.Errorf("sandbox %s has no network namespace (is it running?): %w", rec.ID, errdefs.ErrFailedPrecondition)
 	}
-	return rec.ID, st.Pid, nil
+	return rec.ID, st.NetNS, nil
 }

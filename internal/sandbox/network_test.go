@@ -1,6 +1,8 @@
 package sandbox_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -173,5 +175,36 @@ func TestNetworkSecrets(t *testing.T) {
 	_, m = newLifecycle(t, func(cfg *sandbox.ManagerConfig) { cfg.Network = &sandboxtest.Networker{} })
 	if _, err := m.Create(ctx, withSecret("API_KEY")); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "secret store") {
 		t.Errorf("Create(secret API_KEY) without a secret store = %v; want an invalid argument naming the secret store", err)
+	}
+}
+
+// TestNetworkPlacedInRuntimesNetNS: a box's network is wired in the
+// namespace its runtime reports (State.NetNS), not one derived from a pid,
+// so a backend whose box is no host process (a VM's TAP device in a
+// namespace) plugs in; a runtime that reports none is refused, and nothing
+// is attached.
+func TestNetworkPlacedInRuntimesNetNS(t *testing.T) {
+	ctx := testutil.Context(t)
+	nw := &sandboxtest.Networker{}
+	env, m := newLifecycle(t, func(cfg *sandbox.ManagerConfig) { cfg.Network = nw })
+	set := &netpolicy.Settings{Mode: netpolicy.ModeAllowlist, Allow: []string{"example.com"}}
+	rec := mustCreate(t, m, sandbox.CreateRequest{Network: set})
+	if got, want := nw.NetNS(rec.ID), sandboxtest.NetNS(rec.ID); got != want {
+		t.Errorf("attached in %q; want the runtime's State.NetNS %q", got, want)
+	}
+	if id, ns, err := m.NetNS(ctx, rec.ID); err != nil || id != rec.ID || ns != sandboxtest.NetNS(rec.ID) {
+		t.Errorf("NetNS(%q) = %q, %q, %v; want %q, %q", rec.ID, id, ns, err, rec.ID, sandboxtest.NetNS(rec.ID))
+	}
+
+	// A runtime that reports a pid and no namespace.
+	env.Runtime.StateFn = func(ctx context.Context, id string) (sandbox.State, error) {
+		return sandbox.State{Status: sandbox.StatusRunning, Pid: 1}, nil
+	}
+	_, err := m.Create(ctx, sandbox.CreateRequest{Network: set})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "network namespace") {
+		t.Errorf("Create with a runtime reporting no network namespace = %v; want failed precondition naming it", err)
+	}
+	if _, _, err := m.NetNS(ctx, rec.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("NetNS(%q) with a runtime reporting none = %v; want failed precondition", rec.ID, err)
 	}
 }

@@ -107,8 +107,16 @@ const (
 // State is what a runtime reports about one sandbox.
 type State struct {
 	Status Status `json:"status"`
-	// Pid is the host PID of the agent (the sandbox's PID 1), 0 if none.
+	// Pid is the host PID of the agent (the sandbox's PID 1), 0 if none
+	// (or when the box's processes are not host processes, as in a VM).
 	Pid int `json:"pid,omitempty"`
+	// NetNS is the network namespace the sandbox's network lives in, as a
+	// path the daemon can open and join (setns): where the daemon places
+	// the box on the network (the egress proxy's listeners, tunnels). A
+	// container's is its own namespace (a bind mount that outlives any
+	// pid), a microVM's the namespace that holds its TAP device. Set for a
+	// running or paused sandbox; "" when there is none.
+	NetNS string `json:"netns,omitempty"`
 	// Reason says why PID 1 of a stopped sandbox ended, when the runtime
 	// can tell (the end of its log).
 	Reason string `json:"reason,omitempty"`

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/mount"
 	"github.com/corral-sandbox/corral/internal/runtime/runtimetest"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
@@ -124,10 +126,59 @@ func TestConformance(t *testing.T) {
 						d, _ := cgroups.Dirs(cgroups.Root, r.CgroupPath(id))
 						return d
 					},
+					Disk: diskSpec,
+					Exec: r.testExec,
 				}
 			})
 		})
 	}
+}
+
+// diskSpec is testSpec on a writable layer of the overlay store limited to
+// limit bytes (see runtimetest.Env.Disk).
+func diskSpec(t *testing.T, limit int64) *sandbox.Spec {
+	t.Helper()
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("mkfs.ext4 not installed (apt-get install e2fsprogs)")
+	}
+	ctx := testutil.Context(t)
+	store, err := overlay.New(t.TempDir(), overlay.WithPoolSize(0), overlay.WithDiskVolume(overlay.DiskVolumeOff))
+	if err != nil {
+		t.Fatalf("overlay.New() = %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	base := busyboxRootfs(t)
+	if err := store.CreateLayer(ctx, "busybox", "", func(dir string) error {
+		return exec.Command("cp", "-a", base+"/.", dir).Run()
+	}); err != nil {
+		t.Fatalf("CreateLayer() = %v", err)
+	}
+	ms, err := store.Prepare(ctx, "disk", "busybox", sandbox.PrepareOpts{DiskBytes: limit})
+	if err != nil {
+		t.Fatalf("Prepare(%d bytes) = %v", limit, err)
+	}
+	t.Cleanup(func() {
+		if err := store.Remove(context.WithoutCancel(ctx), "disk"); err != nil {
+			t.Errorf("cleanup: Remove(disk) = %v", err)
+		}
+	})
+	spec := testSpec(t, defaultResources)
+	spec.Rootfs = ms
+	spec.Resources.DiskBytes = limit
+	return spec
+}
+
+// testExec runs args in running sandbox id with the runtime's exec (see
+// runtimetest.Env.Exec).
+func (r *Runtime) testExec(ctx context.Context, id string, args ...string) ([]byte, error) {
+	cmd := r.command(ctx, r.globalArgs(append([]string{"exec", id}, args...)...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := r.ns.Do(cmd.Start); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
+	return out.Bytes(), err
 }
 
 // runScript runs script as the box's PID 1 until it exits and returns its

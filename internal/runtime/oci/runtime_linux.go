@@ -959,10 +959,25 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 		return sandbox.State{Status: sandbox.StatusStopped, Reason: r.exitReason(id)}, nil
 	}
 	p.close()
+	st := sandbox.State{Status: sandbox.StatusRunning, Pid: p.pid, NetNS: r.netnsOf(id, p.pid)}
 	if r.frozen(id) {
-		return sandbox.State{Status: sandbox.StatusPaused, Pid: p.pid}, nil
+		st.Status = sandbox.StatusPaused
 	}
-	return sandbox.State{Status: sandbox.StatusRunning, Pid: p.pid}, nil
+	return st, nil
+}
+
+// netnsOf returns the network namespace that sandbox id, whose PID 1 is
+// pid, lives in: the bind mount in its directory when its PID 1 is in it
+// (every box with a network of its own, in every dialect), else PID 1's
+// own (a box on the host's network: builds).
+func (r *Runtime) netnsOf(id string, pid int) string {
+	own := fmt.Sprintf("/proc/%d/ns/net", pid)
+	p := r.netnsPath(id)
+	var a, b unix.Stat_t
+	if unix.Stat(p, &a) == nil && unix.Stat(own, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino {
+		return p
+	}
+	return own
 }
 
 // List returns the ids the runtime knows (its state directory) and those

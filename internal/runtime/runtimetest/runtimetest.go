@@ -41,12 +41,21 @@ type Env struct {
 	// still runs as PID 1 (there is no agent to wait for), and the
 	// Checkpoint subtest waits for it. "" skips the wait.
 	PID1Comm string
+	// Disk, for a backend whose boxes can have a disk limit, returns a
+	// spec like Spec's whose root file system's writable layer holds at
+	// most limit bytes (the layer store the backend runs on), and
+	// registers its removal. Nil skips the Disk subtest.
+	Disk func(t *testing.T, limit int64) *sandbox.Spec
+	// Exec runs args in running sandbox id without the agent (the suite
+	// has none; the OCI runtime's exec, for example) and returns what
+	// they wrote to stdout and stderr. The Disk subtest writes with it.
+	Exec func(ctx context.Context, id string, args ...string) ([]byte, error)
 }
 
 // Run runs the suite: the subtests every backend must pass, then one per
 // optional capability (sandbox.Pauser, sandbox.Syncer,
-// sandbox.Checkpointer), which skips when the backend does not implement
-// it. A Checkpointer that is FilesOnly must refuse with
+// sandbox.Checkpointer, and the disk limit when Env.Disk is set), which
+// skips when the backend does not implement it. A Checkpointer that is FilesOnly must refuse with
 // sandbox.ErrCheckpoint and leave the box running. newRuntime is called once per sub-test and must
 // register its own cleanup.
 func Run(t *testing.T, newRuntime func(t *testing.T) (sandbox.Runtime, Env)) {
@@ -67,6 +76,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) (sandbox.Runtime, Env)) {
 		{"Pause", testPause},
 		{"Sync", testSync},
 		{"Checkpoint", testCheckpoint},
+		{"Disk", testDisk},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,11 +198,16 @@ func testLifecycle(t *testing.T, rt sandbox.Runtime, env Env) {
 	if st.Pid <= 0 || !pidAlive(st.Pid) {
 		t.Fatalf("State(%q).Pid = %d; want a live pid", id, st.Pid)
 	}
+	if err := checkNetNS(st.NetNS); err != nil {
+		t.Errorf("State(%q).NetNS = %q: %v; want the box's network namespace", id, st.NetNS, err)
+	}
 	dialAgent(t, rt, id)
 	if err := rt.Stop(ctx, id, 200*time.Millisecond); err != nil {
 		t.Fatalf("Stop(%q) = %v; want nil", id, err)
 	}
-	wantState(t, ctx, rt, id, sandbox.StatusStopped)
+	if got := wantState(t, ctx, rt, id, sandbox.StatusStopped); got.NetNS != "" {
+		t.Errorf("State(%q).NetNS of a stopped sandbox = %q; want none", id, got.NetNS)
+	}
 	if pidAlive(st.Pid) {
 		t.Errorf("after Stop(%q): pid %d alive; want gone", id, st.Pid)
 	}
@@ -352,7 +367,9 @@ func testPause(t *testing.T, rt sandbox.Runtime, env Env) {
 		if err := p.Pause(ctx, id); err != nil {
 			t.Fatalf("Pause(%q) #%d = %v; want nil", id, i+1, err)
 		}
-		wantState(t, ctx, rt, id, sandbox.StatusPaused)
+		if got := wantState(t, ctx, rt, id, sandbox.StatusPaused); got.NetNS != st.NetNS {
+			t.Errorf("State(%q).NetNS of the paused sandbox = %q; want %q, as running", id, got.NetNS, st.NetNS)
+		}
 	}
 	if !pidAlive(st.Pid) {
 		t.Errorf("pid %d of paused sandbox %q is gone; want it kept", st.Pid, id)
@@ -475,4 +492,49 @@ func waitComm(t *testing.T, pid int, comm string) {
 		}
 	}
 	t.Fatalf("%s = %q; want %q, PID 1 running its program", file, got, comm)
+}
+
+// diskLimit is the writable layer's size in the Disk subtest, and
+// diskFill what it tries to write there.
+const (
+	diskLimit = 64 << 20
+	diskFill  = 2 * diskLimit
+)
+
+// testDisk: a write past the box's disk limit fails with ENOSPC in the
+// box, and the box lives: it is still running, and writes again once
+// the file is removed.
+func testDisk(t *testing.T, rt sandbox.Runtime, env Env) {
+	if env.Disk == nil || env.Exec == nil {
+		t.Skip("the backend sets no disk limit (Env.Disk, Env.Exec)")
+	}
+	ctx := testutil.Context(t)
+	id := ID(t)
+	if err := rt.Create(ctx, id, env.Disk(t, diskLimit)); err != nil {
+		t.Fatalf("Create(%q) with a %d-byte disk = %v; want nil", id, diskLimit, err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Delete(context.WithoutCancel(ctx), id); err != nil {
+			t.Errorf("cleanup: Delete(%q) = %v", id, err)
+		}
+	})
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start(%q) = %v; want nil", id, err)
+	}
+	st := wantState(t, ctx, rt, id, sandbox.StatusRunning)
+	fill := "dd if=/dev/zero of=/fill bs=1048576 count=" + strconv.Itoa(diskFill>>20) + " && sync /fill; echo exit=$?"
+	out, err := env.Exec(ctx, id, "/bin/sh", "-c", fill)
+	if err != nil {
+		t.Fatalf("exec %q in %q = %v\n%s", fill, id, err, out)
+	}
+	if !strings.Contains(string(out), "No space left on device") || strings.Contains(string(out), "exit=0") {
+		t.Errorf("writing %d bytes on a %d-byte disk: %s\nwant ENOSPC (No space left on device)", diskFill, diskLimit, out)
+	}
+	if got := wantState(t, ctx, rt, id, sandbox.StatusRunning); got.Pid != st.Pid || !pidAlive(st.Pid) {
+		t.Errorf("State(%q).Pid after a full disk = %d (alive %v); want %d, alive", id, got.Pid, pidAlive(st.Pid), st.Pid)
+	}
+	again := "rm /fill && echo written > /again && cat /again"
+	if out, err := env.Exec(ctx, id, "/bin/sh", "-c", again); err != nil || strings.TrimSpace(string(out)) != "written" {
+		t.Errorf("exec %q in %q after a full disk = %q, %v; want \"written\": the box lives", again, id, out, err)
+	}
 }

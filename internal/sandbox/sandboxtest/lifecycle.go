@@ -211,9 +211,11 @@ type Networker struct {
 	CA []byte
 
 	mu sync.Mutex
-	// attached holds the settings of attached boxes; prepared the boxes
-	// prepared and not purged. Guarded by mu.
+	// attached holds the settings of attached boxes, netns the network
+	// namespace each was attached in; prepared the boxes prepared and not
+	// purged. Guarded by mu.
 	attached map[string]netpolicy.Settings
+	netns    map[string]string
 	prepared map[string]bool
 	// used is each box's egress count; guarded by mu.
 	used map[string]int64
@@ -254,14 +256,31 @@ func (n *Networker) Prepare(id string, set netpolicy.Settings) ([]byte, error) {
 }
 
 // Attach implements sandbox.Networker.
-func (n *Networker) Attach(ctx context.Context, id string, pid int, set netpolicy.Settings) error {
+func (n *Networker) Attach(ctx context.Context, id, netns string, pid int, set netpolicy.Settings) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.attached == nil {
-		n.attached = map[string]netpolicy.Settings{}
+		n.attached, n.netns = map[string]netpolicy.Settings{}, map[string]string{}
+	}
+	if _, ok := n.attached[id]; !ok {
+		if netns == "" {
+			return fmt.Errorf("attach %s: no network namespace given: %w", id, errdefs.ErrInvalidArgument)
+		}
+		n.netns[id] = netns
 	}
 	n.attached[id] = set
 	return nil
+}
+
+// NetNS returns the network namespace box id was attached in, "" when it
+// is not attached.
+func (n *Networker) NetNS(id string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.attached[id]; !ok {
+		return ""
+	}
+	return n.netns[id]
 }
 
 // Detach implements sandbox.Networker.

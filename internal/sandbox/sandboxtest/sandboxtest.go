@@ -158,8 +158,16 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 	if !ok {
 		return sandbox.State{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	return sandbox.State{Status: b.Status, Pid: 1}, nil
+	st := sandbox.State{Status: b.Status, Pid: 1}
+	if b.Status == sandbox.StatusRunning || b.Status == sandbox.StatusPaused {
+		st.NetNS = NetNS(id)
+	}
+	return st, nil
 }
+
+// NetNS is the network namespace the fake runtime reports for a running
+// or paused sandbox id (State.NetNS).
+func NetNS(id string) string { return "/run/sandboxtest/" + id + "/netns" }
 
 // AgentAddr implements sandbox.Runtime.
 func (r *Runtime) AgentAddr(id string) string {
