@@ -616,11 +616,11 @@ func (d *Daemon) TunnelHandler() http.Handler {
 // whose requests resume a paused box only when it asked for that, so
 // this does not).
 func (d *Daemon) dialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	_, pid, err := d.manager.AgentPid(ctx, id)
+	_, netns, err := d.manager.NetNS(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return network.DialInNS(network.NSPath(pid), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+	return network.DialInNS(netns, "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 }
 
 // Manager returns the sandbox Manager.
