@@ -32,12 +32,19 @@ func (d *Daemon) openAudit(ctx context.Context) (func() error, error) {
 	return s.Close, nil
 }
 
-// auditNetwork returns what records the egress decisions, or nil.
-func (d *Daemon) auditNetwork() func(network.Event) {
-	if d.audit == nil {
-		return nil
+// networkEvents returns what is told of every egress decision: the audit
+// trail records it (when on) and a denial raises an egress_denied alert,
+// rate-limited per box (the alerts are wired after the network: d.obs
+// is read at each event).
+func (d *Daemon) networkEvents() func(network.Event) {
+	return func(ev network.Event) {
+		if d.audit != nil {
+			d.audit.Network(ev)
+		}
+		if ev.Verdict == network.Deny {
+			d.obs.deny(ev)
+		}
 	}
-	return d.audit.Network
 }
 
 // auditSink returns the audit trail as an alert sink, if on.

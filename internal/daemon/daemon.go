@@ -396,7 +396,7 @@ func (d *Daemon) openNetwork(context.Context) (func() error, error) {
 	cfg := d.cfg
 	d.activity = &touchHook{}
 	d.guard = newGuard(cfg.Network)
-	netsvc, secretStore, err := newNetwork(cfg, d.guard, d.activity.touch, d.auditNetwork())
+	netsvc, secretStore, err := newNetwork(cfg, d.guard, d.activity.touch, d.networkEvents())
 	if err != nil {
 		return nil, err
 	}

@@ -92,7 +92,7 @@ func New(cfg Config) *Metrics {
 	}, []string{"op"})
 	m.alerts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "corral_alerts_total",
-		Help: "Alerts raised, by kind (memory, cpu, disk, pids, oom, disk_full) and level (warning, critical).",
+		Help: "Alerts raised, by kind (memory, cpu, disk, pids, oom, disk_full, egress_denied) and level (warning, critical).",
 	}, []string{"kind", "level"})
 	for _, op := range []string{OpCreate, OpExec, OpFork, OpResume} {
 		m.ops.WithLabelValues(op)
