@@ -437,6 +437,7 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 		AgentBinary:      d.agentBin,
 		InitBinary:       d.initBin,
 		AgentIdleExit:    d.idleExit,
+		OutputBuffer:     cfg.outputBuffer(),
 		IdleCPUPercent:   cfg.IdleCPUPercent,
 		DefaultImage:     cfg.DefaultImage,
 		DefaultResources: sandbox.Resources{
