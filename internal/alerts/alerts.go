@@ -28,6 +28,10 @@ const (
 	Pids     Kind = "pids"
 	OOM      Kind = "oom"
 	DiskFull Kind = "disk_full"
+	// AgentRestart: a box's agent failed (it crashed, was killed or
+	// exited with an error) and corral-init replaced it; the daemon
+	// raises it, Value is how many failed since the box started.
+	AgentRestart Kind = "agent_restart"
 )
 
 // Levels of alerts.

@@ -81,6 +81,8 @@ type Daemon struct {
 	userns usernsState
 	// obs samples the boxes, raises alerts and keeps the metrics.
 	obs *observability
+	// restarts reports the boxes' failed agents.
+	restarts *agentRestarts
 	// audit is the audit trail; nil when [audit] is off.
 	audit *audit.Store
 	// closers run last first in Close.
@@ -386,7 +388,10 @@ func (d *Daemon) installAgents(ctx context.Context) (func() error, error) {
 // openAgents makes the pool of connections to the agents, which the
 // Manager and the API share; agent_timeout bounds its one-shot calls.
 func (d *Daemon) openAgents(context.Context) (func() error, error) {
-	d.agents = agentpool.New(agentpool.Config{Timeout: d.cfg.agentTimeouts().Wait})
+	d.restarts = newAgentRestarts(func(ctx context.Context, id string, added, total uint64, failure string) {
+		d.obs.agentRestarts(ctx, id, added, total, failure)
+	})
+	d.agents = agentpool.New(agentpool.Config{Timeout: d.cfg.agentTimeouts().Wait, Restarts: d.restarts.reported})
 	return d.agents.Close, nil
 }
 
@@ -451,6 +456,8 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 	}
 	d.manager = m
 	d.activity.m.Store(m)
+	find := boxByAgentAddr(m)
+	d.restarts.find.Store(&find)
 	d.followAudit(ctx, m)
 	if err := m.Recover(ctx); err != nil {
 		return m.Close, err
@@ -515,6 +522,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		tunnels = d.tunnels
 		tunnelBase = cmp.Or(tunnelBase, "http://"+cfg.Tunnels.Listen)
 	}
+	d.obs.watchers = append(d.obs.watchers, d.restarts)
 	stopStats, err := d.obs.start(ctx, cfg, d.manager, d.offered, d.network, d.auditSink()...)
 	if err != nil {
 		return cs.close, err

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/alerts"
 	"github.com/corral-sandbox/corral/internal/log"
@@ -23,6 +24,10 @@ type observability struct {
 	metrics *metrics.Metrics
 	// denials raises the egress_denied alerts; set by start.
 	denials atomic.Pointer[alerts.Denials]
+	// sinks are the alert sinks; set by start.
+	sinks atomic.Pointer[[]alerts.Sink]
+	// watchers are more stats watchers, given before start.
+	watchers []stats.Watcher
 }
 
 // cgroupRuntime is a runtime whose boxes have a cgroup each and a disk
@@ -77,6 +82,7 @@ func (o *observability) start(ctx context.Context, cfg Config, m *sandbox.Manage
 	}
 	denials := alerts.NewDenials(ctx, alerts.DenialsConfig{}, sinks...)
 	o.denials.Store(denials)
+	o.sinks.Store(&sinks)
 	o.sampler = stats.New(stats.Config{
 		Interval: cfg.Metrics.interval(),
 		History:  cfg.Metrics.History,
@@ -85,7 +91,7 @@ func (o *observability) start(ctx context.Context, cfg Config, m *sandbox.Manage
 			in, out := netsvc.Traffic(id)
 			return uint64(in), uint64(out)
 		},
-		Watchers: []stats.Watcher{alerts.NewEvaluator(ctx, sinks...), denials},
+		Watchers: append([]stats.Watcher{alerts.NewEvaluator(ctx, sinks...), denials}, o.watchers...),
 	})
 	var webhook func() (uint64, uint64, uint64)
 	if hook != nil {
@@ -175,4 +181,22 @@ func printable(s string) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "?"))
+}
+
+// agentRestarts counts added failed agents of box id (total since the box
+// started, the last ended as failure) and raises an agent_restart alert.
+func (o *observability) agentRestarts(ctx context.Context, id string, added, total uint64, failure string) {
+	if o == nil {
+		return
+	}
+	o.metrics.AgentRestarts(added)
+	sinks := o.sinks.Load()
+	if sinks == nil {
+		return
+	}
+	a := alerts.Alert{Box: id, Kind: alerts.AgentRestart, Level: alerts.Warning, Value: float64(total), Time: time.Now().UTC(),
+		Message: fmt.Sprintf("the box's agent failed (%s) and was replaced: %d failed since the box started", printable(failure), total)}
+	for _, s := range *sinks {
+		s.Alert(ctx, a)
+	}
 }
