@@ -121,6 +121,45 @@ func TestObservabilityAlerts(t *testing.T) {
 		d.must("rm", "-f", id)
 	})
 
+	t.Run("detached exec end", func(t *testing.T) {
+		id := d.create("--image", "busybox")
+		pid := strings.TrimSpace(d.must("exec", "-d", id, "--", "sh", "-c", "echo out; sleep 1; exit 3"))
+		// Nobody waits for it: the daemon learns its end from the agent.
+		type execEnd struct {
+			Exec struct {
+				Pid         int   `json:"pid"`
+				ExitCode    *int  `json:"exit_code"`
+				Detached    bool  `json:"detached"`
+				OutputBytes int64 `json:"output_bytes"`
+			} `json:"exec"`
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var got []execEnd
+			for _, line := range strings.Split(strings.TrimSpace(d.must("events", "--box", id, "--type", "exec_end", "--json")), "\n") {
+				var ev execEnd
+				if json.Unmarshal([]byte(line), &ev) == nil && strconv.Itoa(ev.Exec.Pid) == pid {
+					got = append(got, ev)
+				}
+			}
+			if len(got) > 1 {
+				t.Fatalf("%d exec_end events of pid %s; want 1", len(got), pid)
+			}
+			if len(got) == 1 {
+				e := got[0].Exec
+				if e.ExitCode == nil || *e.ExitCode != 3 || !e.Detached || e.OutputBytes != 4 {
+					t.Errorf("exec_end of the detached command = %+v; want exit 3, detached, 4 bytes of output", e)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no exec_end of detached pid %s within 30 s", pid)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		d.must("rm", "-f", id)
+	})
+
 	t.Run("egress denials", func(t *testing.T) {
 		id := d.create("--image", "busybox", "--network", "allowlist", "--allow", "allowed.test")
 		const n = 5
