@@ -52,7 +52,7 @@ const (
 // density last, because the kernel goes on freeing the namespaces and slab
 // of its 1000 removed boxes for tens of seconds, which would slow whatever
 // ran next (the warm-pool figures of the ops section did).
-var AllSections = []string{SectionLifecycle, SectionOps, SectionThroughput, SectionDensity}
+var AllSections = []string{SectionLifecycle, SectionOps, SectionThroughput, SectionObs, SectionDensity}
 
 // Result groups, the sections of the table and of the chart.
 const (
@@ -188,6 +188,8 @@ type Report struct {
 	Density    []Density          `json:"density,omitempty"`
 	// Suspend holds the size of suspended sandboxes' saved state.
 	Suspend *SuspendSize `json:"suspend,omitempty"`
+	// Obs is the observability section (obs.go).
+	Obs *Obs `json:"obs,omitempty"`
 }
 
 // Result names of Corral's own series.
@@ -323,6 +325,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.density(ctx)
 		case SectionOps:
 			r.ops(ctx)
+		case SectionObs:
+			r.obs(ctx)
 		}
 		if err := ctx.Err(); err != nil {
 			return r.rep, err
