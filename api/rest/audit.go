@@ -91,6 +91,11 @@ type ExecDetail struct {
 	// OutputBytes is all the output of a detached command, as its agent
 	// counted it (its exec_end, recorded when it ended).
 	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// CPUTimeUS is the CPU time (user and system) the command and the
+	// descendants it waited for used, in microseconds; PeakMemoryBytes
+	// the largest resident set size of one of them.
+	CPUTimeUS       uint64 `json:"cpu_time_us,omitempty"`
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes,omitempty"`
 	// Detached is set on an exec_end when the client left before the
 	// command ended (exec -d): the exec_end is then recorded when the
 	// command ends, from its agent, or with Error saying why its end

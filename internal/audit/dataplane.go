@@ -165,6 +165,7 @@ func (e *Exec) Message(flags byte, pre []byte, size uint32) {
 		e.detail.ExitCode = &code
 		e.detail.Status, e.detail.Error = end.GetStatus(), end.GetError()
 		e.detail.OOM, e.detail.TimedOut = end.GetOomKilled(), end.GetTimedOut()
+		e.detail.CPUTimeUS, e.detail.PeakMemoryBytes = end.GetCpuTimeUs(), end.GetPeakMemoryBytes()
 		e.detail.Signal = signalOf(end.GetStatus())
 		e.endLocked(false)
 	}

@@ -147,6 +147,7 @@ func ended(pe *pendingExec, p *processpb.ProcessInfo) {
 	d.End, d.ExitCode, d.Detached = &at, &code, true
 	d.Status, d.Error = end.GetStatus(), end.GetError()
 	d.OOM, d.TimedOut = end.GetOomKilled(), end.GetTimedOut()
+	d.CPUTimeUS, d.PeakMemoryBytes = end.GetCpuTimeUs(), end.GetPeakMemoryBytes()
 	d.Signal = signalOf(end.GetStatus())
 	if n := p.GetOutputBytes() + p.GetOutputDroppedBytes(); n > 0 {
 		d.OutputBytes = int64(n)

@@ -61,7 +61,7 @@ func TestDetachedEnd(t *testing.T) {
 	if got := execEnds(t, s, "box1"); len(got) != 0 || s.Pending() != 1 {
 		t.Fatalf("running command: exec_end %+v, %d pending; want none, 1 pending", got, s.Pending())
 	}
-	info.End = &processpb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed", OomKilled: true}
+	info.End = &processpb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed", OomKilled: true, CpuTimeUs: 7, PeakMemoryBytes: 9}
 	info.EndedAtMs = start.Add(time.Second).UnixMilli()
 	info.OutputBytes, info.OutputDroppedBytes = 100, 20
 	s.CollectEnds(context.Background(), list)
@@ -71,7 +71,7 @@ func TestDetachedEnd(t *testing.T) {
 	}
 	d := got[0]
 	if d.ExitCode == nil || *d.ExitCode != -1 || d.Signal != "killed" || !d.OOM || !d.Detached || d.OutputBytes != 120 ||
-		d.Pid != 42 || d.Cmd != "sh" || d.End == nil || d.End.UnixMilli() != info.EndedAtMs {
+		d.Pid != 42 || d.Cmd != "sh" || d.End == nil || d.End.UnixMilli() != info.EndedAtMs || d.CPUTimeUS != 7 || d.PeakMemoryBytes != 9 {
 		t.Errorf("exec_end = %+v; want pid 42 sh killed by the OOM killer, detached, 120 bytes, ended at the agent's time", d)
 	}
 	if s.Pending() != 0 {
