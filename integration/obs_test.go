@@ -76,31 +76,40 @@ func TestObservabilityAlerts(t *testing.T) {
 
 	t.Run("agent restart", func(t *testing.T) {
 		id := d.create("--image", "busybox")
-		d.must("exec", id, "--", "true") // starts the agent
-		agent := 0
-		for _, pid := range d.cgroupPids(id) {
-			if strings.HasPrefix(readFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")), "/.corral/corral\x00agent\x00") {
-				agent = pid
+		// killAgent kills the box's running agent from the host.
+		killAgent := func() {
+			t.Helper()
+			d.must("exec", id, "--", "true") // the agent runs
+			agent := 0
+			for _, pid := range d.cgroupPids(id) {
+				if strings.HasPrefix(readFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")), "/.corral/corral\x00agent\x00") {
+					agent = pid
+				}
+			}
+			if agent == 0 {
+				t.Fatal("no agent runs in the box after an exec (is corral-init its PID 1?)")
+			}
+			// An agent that fails within a second of its start is
+			// replaced only after a second: let it be older.
+			time.Sleep(1100 * time.Millisecond)
+			if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if agent == 0 {
-			t.Fatal("no agent runs in the box after an exec (is corral-init its PID 1?)")
-		}
-		// An agent that fails within a second of its start is replaced
-		// only after a second: let it be older.
-		time.Sleep(1100 * time.Millisecond)
-		if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		var out string
-		for range 50 {
-			var err error
-			if out, _, err = d.corral("exec", id, "--", "echo", "back"); err == nil {
-				break
+		// execAfterKill runs echo back once a new agent answers.
+		execAfterKill := func() string {
+			var out string
+			for range 50 {
+				var err error
+				if out, _, err = d.corral("exec", id, "--", "echo", "back"); err == nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			time.Sleep(200 * time.Millisecond)
+			return strings.TrimSpace(out)
 		}
-		if strings.TrimSpace(out) != "back" {
+		killAgent()
+		if out := execAfterKill(); out != "back" {
 			t.Fatalf("exec after the agent was killed: %q", out)
 		}
 		a := next("agent_restart", 30*time.Second)
@@ -117,6 +126,24 @@ func TestObservabilityAlerts(t *testing.T) {
 		}
 		if ev := d.must("events", "--box", id, "--type", "alert", "--json"); !strings.Contains(ev, `"agent_restart"`) {
 			t.Errorf("events of the box have no agent_restart alert:\n%s", ev)
+		}
+		// A new daemon does not report that failure again (its trail says
+		// it was), and reports the next one.
+		d.kill()
+		d.start()
+		d.must("exec", id, "--", "true")
+		if got := metric("corral_agent_restarts_total"); got != "0" {
+			t.Errorf("corral_agent_restarts_total after a daemon restart = %q; want 0 (reported by the first daemon)", got)
+		}
+		killAgent()
+		if out := execAfterKill(); out != "back" {
+			t.Fatalf("exec after the agent was killed again: %q", out)
+		}
+		if a := next("agent_restart", 30*time.Second); a.Box != id || a.Value != 2 {
+			t.Errorf("second agent_restart alert = %+v; want box %s, value 2", a, id)
+		}
+		if got := metric("corral_agent_restarts_total"); got != "1" {
+			t.Errorf("corral_agent_restarts_total after the second failure = %q; want 1", got)
 		}
 		d.must("rm", "-f", id)
 	})

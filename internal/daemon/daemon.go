@@ -391,7 +391,8 @@ func (d *Daemon) openAgents(context.Context) (func() error, error) {
 	d.restarts = newAgentRestarts(func(ctx context.Context, id string, added, total uint64, failure string) {
 		d.obs.agentRestarts(ctx, id, added, total, failure)
 	})
-	d.agents = agentpool.New(agentpool.Config{Timeout: d.cfg.agentTimeouts().Wait, Restarts: d.restarts.reported})
+	d.restarts.reported = d.reportedRestarts
+	d.agents = agentpool.New(agentpool.Config{Timeout: d.cfg.agentTimeouts().Wait, Restarts: d.restarts.observe})
 	return d.agents.Close, nil
 }
 

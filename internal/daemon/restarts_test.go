@@ -29,23 +29,32 @@ func TestAgentRestarts(t *testing.T) {
 		"unix://b": {ID: "b", AgentAddr: "unix://b", Created: r.started.Add(-time.Hour)}, // recovered
 	}
 	// Before the Manager exists nothing is reported.
-	r.reported("unix://a", 1, "killed by signal 9")
+	r.observe("unix://a", 1, "killed by signal 9")
 	find := func(addr string) (sandbox.Record, bool) { rec, ok := boxes[addr]; return rec, ok }
 	r.find.Store(&find)
 
-	r.reported("unix://a", 1, "killed by signal 9")
-	r.reported("unix://a", 1, "killed by signal 9") // the same agent's next answer
-	r.reported("unix://a", 3, "exited with status 2")
-	r.reported("unix://b", 4, "killed by signal 9") // counted by the earlier daemon
-	r.reported("unix://b", 5, "killed by signal 9")
-	r.reported("unix://gone", 1, "killed by signal 9")
+	r.observe("unix://a", 1, "killed by signal 9")
+	r.observe("unix://a", 1, "killed by signal 9") // the same agent's next answer
+	r.observe("unix://a", 3, "exited with status 2")
+	r.observe("unix://b", 4, "killed by signal 9") // counted by the earlier daemon
+	r.observe("unix://b", 5, "killed by signal 9")
+	r.observe("unix://gone", 1, "killed by signal 9")
 	want := []report{{"a", 1, 1}, {"a", 2, 3}, {"b", 1, 5}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("reports = %+v; want %+v", got, want)
 	}
+	// With the audit trail, a box of an earlier daemon starts from the
+	// count its trail says was reported.
+	got = nil
+	boxes["unix://c"] = sandbox.Record{ID: "c", AgentAddr: "unix://c", Created: r.started.Add(-time.Hour)}
+	r.reported = func(id string) (uint64, bool) { return 2, id == "c" }
+	r.observe("unix://c", 3, "killed by signal 9")
+	if want := []report{{"c", 1, 3}}; !slices.Equal(got, want) {
+		t.Errorf("box of an earlier daemon with its trail: reports = %+v; want %+v", got, want)
+	}
 	r.Forget("a")
 	got = nil
-	r.reported("unix://a", 3, "killed by signal 9")
+	r.observe("unix://a", 3, "killed by signal 9")
 	if want := []report{{"a", 3, 3}}; !slices.Equal(got, want) {
 		t.Errorf("after Forget: reports = %+v; want %+v", got, want)
 	}
