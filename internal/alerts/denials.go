@@ -81,6 +81,9 @@ func (d *Denials) Deny(box, what, reason string) {
 	d.mu.Lock()
 	st := d.boxes[box]
 	if st == nil {
+		if len(d.boxes) >= sweepAt {
+			d.sweepLocked(now)
+		}
 		st = &denialState{}
 		d.boxes[box] = st
 	}
@@ -122,6 +125,21 @@ func (d *Denials) flush(box string) {
 	d.mu.Unlock()
 	d.send(Alert{Box: box, Kind: EgressDenied, Level: Warning, Value: float64(held), Time: now.UTC(),
 		Message: fmt.Sprintf("egress denied %d more times within %v, held back by the rate limit; the last: %s: %s", held, d.window, what, reason)})
+}
+
+// sweepAt is how many boxes Denials remembers before it forgets those
+// quiet for a while: a box removed before the sampler saw it is never
+// Forgotten.
+const sweepAt = 1024
+
+// sweepLocked forgets the boxes with nothing held and no alert for ten
+// windows; the caller holds mu.
+func (d *Denials) sweepLocked(now time.Time) {
+	for box, st := range d.boxes {
+		if st.held == 0 && !st.armed && now.Sub(st.last) > 10*d.window {
+			delete(d.boxes, box)
+		}
+	}
 }
 
 // Forget drops what is known of box (it is gone); its held denials are

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,24 @@ func TestDenialsRateLimited(t *testing.T) {
 	timers[len(timers)-1]()
 	if got := c.take(); len(got) != 0 {
 		t.Fatalf("after Forget: %d alerts; want none", len(got))
+	}
+}
+
+// TestDenialsSweep checks that boxes quiet for long are forgotten once
+// many are remembered (a box removed before the sampler saw it is never
+// told to Forget).
+func TestDenialsSweep(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d := NewDenials(context.Background(), DenialsConfig{Now: func() time.Time { return now }, AfterFunc: func(time.Duration, func()) {}}, &collect{})
+	for i := range sweepAt {
+		d.Deny(fmt.Sprintf("box%d", i), "tcp 203.0.113.7:443", "denied")
+	}
+	now = now.Add(11 * DenialWindow)
+	d.Deny("new", "tcp 203.0.113.7:443", "denied")
+	d.mu.Lock()
+	n := len(d.boxes)
+	d.mu.Unlock()
+	if n != 1 {
+		t.Errorf("boxes remembered after a sweep = %d; want 1 (the new one)", n)
 	}
 }
