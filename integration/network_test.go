@@ -209,6 +209,24 @@ func TestEgressPolicy(t *testing.T) {
 		if !allowOK || !denyOK {
 			t.Errorf("log lacks attributed events (allowed %v, denied %v): %+v", allowOK, denyOK, evs)
 		}
+		// DNS queries name the process that sent them too: curl's (glibc,
+		// a connected socket) and busybox nslookup's, denied.
+		d.sh(id, "busybox nslookup denied-name.test")
+		var dnsAllowOK, dnsDenyOK bool
+		for _, ev := range d.netLog(id) {
+			if ev.Kind != "dns" || ev.Process == nil || ev.Exec == nil {
+				continue
+			}
+			if ev.Host == "allowed.test" && ev.Verdict == "allow" && strings.HasPrefix(ev.Process.Command, "curl") {
+				dnsAllowOK = true
+			}
+			if ev.Host == "denied-name.test" && ev.Verdict == "deny" && strings.Contains(ev.Process.Command, "nslookup") {
+				dnsDenyOK = true
+			}
+		}
+		if !dnsAllowOK || !dnsDenyOK {
+			t.Errorf("DNS events not attributed (curl's allowed %v, nslookup's denied %v): %+v", dnsAllowOK, dnsDenyOK, d.netLog(id))
+		}
 		for _, ev := range evs {
 			if ev.Verdict == "" {
 				t.Errorf("event without a verdict: %+v", ev)

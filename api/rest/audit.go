@@ -88,8 +88,18 @@ type ExecDetail struct {
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 	PtyBytes    int64 `json:"pty_bytes,omitempty"`
+	// OutputBytes is all the output of a detached command, as its agent
+	// counted it (its exec_end, recorded when it ended).
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// CPUTimeUS is the CPU time (user and system) the command and the
+	// descendants it waited for used, in microseconds; PeakMemoryBytes
+	// the largest resident set size of one of them.
+	CPUTimeUS       uint64 `json:"cpu_time_us,omitempty"`
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes,omitempty"`
 	// Detached is set on an exec_end when the client left before the
-	// command ended (its end is then unknown to the audit trail).
+	// command ended (exec -d): the exec_end is then recorded when the
+	// command ends, from its agent, or with Error saying why its end
+	// could not be learnt.
 	Detached bool `json:"detached,omitempty"`
 }
 

@@ -25,6 +25,11 @@
  * agent (if any) gets SIGTERM and up to STOP_WAIT_MS to stop its commands,
  * then every process left gets SIGKILL and corral-init exits 0.
  *
+ * Every agent that ends in failure (a signal, a non-zero exit) is counted:
+ * the next agents get the count and how the last one ended in their
+ * environment (RESTARTS_ENV, FAILURE_ENV), and report them to the daemon
+ * on each answer (its agent restart metric and event).
+ *
  * An agent that fails within FAST_FAIL_MS of its start is started again
  * only after BACKOFF_MS; so is one that cannot be forked (the pids limit),
  * in which case the pending connection is accepted and closed, so that the
@@ -52,6 +57,8 @@
 #define FAST_FAIL_MS 1000
 #define BACKOFF_MS 1000
 #define STOP_WAIT_MS 5000
+#define RESTARTS_ENV "CORRAL_AGENT_RESTARTS"
+#define FAILURE_ENV "CORRAL_AGENT_LAST_FAILURE"
 
 static void say(const char *fmt, ...) {
 	char buf[512];
@@ -79,6 +86,8 @@ static sigset_t handled;
 static pid_t agent;            /* the running agent, 0 when none */
 static long long agent_start;  /* when it was started (now_ms) */
 static long long backoff_until; /* no agent before this time (now_ms) */
+static unsigned long failures;  /* agents that ended in failure */
+static char last_failure[64];   /* how the last of them ended */
 
 /* spawn starts the agent. It returns 0, or -1 when fork failed. */
 static int spawn(char **argv, int state) {
@@ -95,6 +104,12 @@ static int spawn(char **argv, int state) {
 			fcntl(STATE_FD, F_SETFD, 0);
 		} else if (dup2(state, STATE_FD) < 0) {
 			_exit(126);
+		}
+		if (failures > 0) {
+			char n[24];
+			snprintf(n, sizeof n, "%lu", failures);
+			setenv(RESTARTS_ENV, n, 1);
+			setenv(FAILURE_ENV, last_failure, 1);
 		}
 		execv(argv[0], argv);
 		say("exec %s: %s", argv[0], strerror(errno));
@@ -117,10 +132,12 @@ static void reap(void) {
 		agent = 0;
 		int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 		if (failed) {
+			failures++;
 			if (WIFSIGNALED(st))
-				say("agent %d killed by signal %d", pid, WTERMSIG(st));
+				snprintf(last_failure, sizeof last_failure, "killed by signal %d", WTERMSIG(st));
 			else
-				say("agent %d exited with status %d", pid, WEXITSTATUS(st));
+				snprintf(last_failure, sizeof last_failure, "exited with status %d", WEXITSTATUS(st));
+			say("agent %d %s", pid, last_failure);
 			if (now_ms() - agent_start < FAST_FAIL_MS)
 				backoff_until = now_ms() + BACKOFF_MS;
 		}

@@ -96,6 +96,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			}()
 		})
 	}
+	if cfg.UnderInit {
+		s.handler = withRestarts(s.handler, os.Getenv)
+	}
 	return s, nil
 }
 

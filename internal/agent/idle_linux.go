@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -54,6 +55,46 @@ const stoppingHeader = "Corral-Agent-Stopping"
 // Connect came): if the stream then breaks because the agent died and the
 // counter has grown, the daemon says the OOM killer killed the agent.
 const oomKillsHeader = "Corral-Oom-Kills"
+
+// restartsHeader and failureHeader report the agents of the box that
+// failed before this one (corral-init's count, in restartsEnv and
+// failureEnv): the daemon's agentclient.RestartsHeader and FailureHeader.
+const (
+	restartsHeader = "Corral-Agent-Restarts"
+	failureHeader  = "Corral-Agent-Last-Failure"
+	restartsEnv    = "CORRAL_AGENT_RESTARTS"
+	failureEnv     = "CORRAL_AGENT_LAST_FAILURE"
+)
+
+// withRestarts makes h report the failed agents that corral-init counted
+// in env (restartsEnv, failureEnv) on every answer; h itself when none.
+func withRestarts(h http.Handler, getenv func(string) string) http.Handler {
+	n, err := strconv.ParseUint(getenv(restartsEnv), 10, 64)
+	if err != nil || n == 0 {
+		return h
+	}
+	count := strconv.FormatUint(n, 10)
+	last := headerSafe(getenv(failureEnv))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(restartsHeader, count)
+		if last != "" {
+			w.Header().Set(failureHeader, last)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// headerSafe keeps s safe as a header value: at most 64 bytes of
+// printable ASCII.
+func headerSafe(s string) string {
+	b := []byte(s[:min(len(s), 64)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
 
 // wrap counts h's requests in flight. onArm runs (outside the lock) when a
 // warm agent's first real request arms the clock.

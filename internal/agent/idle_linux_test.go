@@ -209,8 +209,42 @@ func TestStateFile(t *testing.T) {
 // TestHeaderNames keeps the agent's copies of the header names equal to
 // the daemon's (the agent does not import agentclient).
 func TestHeaderNames(t *testing.T) {
+	if restartsHeader != agentclient.RestartsHeader || failureHeader != agentclient.FailureHeader {
+		t.Errorf("agent restart headers %q, %q; daemon's %q, %q", restartsHeader, failureHeader, agentclient.RestartsHeader, agentclient.FailureHeader)
+	}
 	if warmUpHeader != agentclient.WarmUpHeader || stoppingHeader != agentclient.StoppingHeader || oomKillsHeader != agentclient.OOMKillsHeader {
 		t.Errorf("agent headers %q, %q, %q; daemon's %q, %q, %q", warmUpHeader, stoppingHeader, oomKillsHeader,
 			agentclient.WarmUpHeader, agentclient.StoppingHeader, agentclient.OOMKillsHeader)
+	}
+}
+
+// TestWithRestarts checks that an agent reports on every answer the
+// failed agents corral-init counted, and adds nothing when none failed.
+func TestWithRestarts(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	for _, tc := range []struct {
+		name           string
+		env            map[string]string
+		count, failure string
+	}{
+		{"none", map[string]string{}, "", ""},
+		{"zero", map[string]string{restartsEnv: "0"}, "", ""},
+		{"garbage", map[string]string{restartsEnv: "x"}, "", ""},
+		{"two", map[string]string{restartsEnv: "2", failureEnv: "killed by signal 9"}, "2", "killed by signal 9"},
+		{"control characters", map[string]string{restartsEnv: "1", failureEnv: "a\r\nb"}, "1", "a??b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := withRestarts(ok, func(k string) string { return tc.env[k] })
+			for range 2 {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+				if got := rec.Header().Get(restartsHeader); got != tc.count {
+					t.Errorf("%s = %q; want %q", restartsHeader, got, tc.count)
+				}
+				if got := rec.Header().Get(failureHeader); got != tc.failure {
+					t.Errorf("%s = %q; want %q", failureHeader, got, tc.failure)
+				}
+			}
+		})
 	}
 }

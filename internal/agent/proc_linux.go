@@ -361,7 +361,8 @@ func startProc(ctx context.Context, r *reaper, sp startSpec) (*proc, *subscriber
 		}()
 	}
 	go func() {
-		ws := <-exitCh
+		ex := <-exitCh
+		ws := ex.WaitStatus
 		close(exited)
 		if timer != nil {
 			timer.Stop()
@@ -374,6 +375,7 @@ func startProc(ctx context.Context, r *reaper, sp startSpec) (*proc, *subscriber
 		p.stdin = nil
 		p.stdinMu.Unlock()
 		end := endEvent(ws)
+		end.CpuTimeUs, end.PeakMemoryBytes = usage(&ex.Rusage)
 		select {
 		case <-p.timedOut:
 			end.TimedOut = true
@@ -465,6 +467,14 @@ func dataEvent(kind outKind, b []byte) *pb.ProcessEvent {
 		d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: b}
 	}
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}
+}
+
+// usage returns the CPU time (user and system, microseconds) and the peak
+// resident set size (bytes) of ru.
+func usage(ru *unix.Rusage) (cpuUS, peakBytes uint64) {
+	us := func(t unix.Timeval) int64 { return t.Sec*1e6 + t.Usec }
+	cpu := us(ru.Utime) + us(ru.Stime)
+	return uint64(max(cpu, 0)), uint64(max(ru.Maxrss, 0)) * 1024 // Maxrss is in KiB
 }
 
 // endEvent describes a wait status the way os.ProcessState does.

@@ -379,3 +379,21 @@ func TestStopKillsChildren(t *testing.T) {
 	// The t.Cleanup of startAgent stops the agent and waits for every end
 	// event; a hang there is the failure.
 }
+
+// TestEndUsage checks that a command's end event says what CPU time and
+// peak memory it used, the descendants it waited for included.
+func TestEndUsage(t *testing.T) {
+	c := startAgent(t, Config{})
+	// A loop, then a child (waited for by the shell) that fills a 32 MiB
+	// buffer.
+	r, err := run(t.Context(), t, c, sh(`i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; dd if=/dev/zero of=/dev/null bs=32M count=1 2>/dev/null`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.end.GetCpuTimeUs() == 0 {
+		t.Errorf("end cpu_time_us = 0; want the CPU time the loop used")
+	}
+	if peak := r.end.GetPeakMemoryBytes(); peak < 32<<20 {
+		t.Errorf("end peak_memory_bytes = %d; want at least the 32 MiB buffer dd filled", peak)
+	}
+}

@@ -17,7 +17,7 @@ type reaper struct {
 	mu sync.Mutex
 	// waiters maps a pid to the channel that receives its wait status.
 	// guarded by mu
-	waiters map[int]chan unix.WaitStatus
+	waiters map[int]chan exitStatus
 }
 
 var (
@@ -37,7 +37,7 @@ func getReaper() (*reaper, error) {
 				return
 			}
 		}
-		r := &reaper{waiters: make(map[int]chan unix.WaitStatus)}
+		r := &reaper{waiters: make(map[int]chan exitStatus)}
 		ch := make(chan os.Signal, 16)
 		signal.Notify(ch, unix.SIGCHLD)
 		// The reaper lives as long as the process: it is PID 1's duty.
@@ -55,14 +55,14 @@ func getReaper() (*reaper, error) {
 // start runs fn (which forks) with the dispatch lock held and registers the
 // returned pid, so an exit reaped in between waits for the registration.
 // It then watches the child's pidfd (see watch).
-func (r *reaper) start(fn func() (int, error)) (int, <-chan unix.WaitStatus, error) {
+func (r *reaper) start(fn func() (int, error)) (int, <-chan exitStatus, error) {
 	r.mu.Lock()
 	pid, err := fn()
 	if err != nil {
 		r.mu.Unlock()
 		return 0, nil, err
 	}
-	ch := make(chan unix.WaitStatus, 1)
+	ch := make(chan exitStatus, 1)
 	r.waiters[pid] = ch
 	r.mu.Unlock()
 	r.watch(pid)
@@ -113,7 +113,8 @@ func (r *reaper) watch(pid int) {
 func (r *reaper) reapAll() {
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -125,7 +126,14 @@ func (r *reaper) reapAll() {
 		delete(r.waiters, pid)
 		r.mu.Unlock()
 		if ok {
-			ch <- ws
+			ch <- exitStatus{WaitStatus: ws, Rusage: ru}
 		}
 	}
+}
+
+// exitStatus is how a child ended and what it used (with the descendants
+// it waited for), as wait4 reports them.
+type exitStatus struct {
+	unix.WaitStatus
+	Rusage unix.Rusage
 }

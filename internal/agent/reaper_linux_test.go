@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // procStat is the part of /proc/<pid>/stat the reaper tests look at.
@@ -183,7 +181,7 @@ func TestReaperWatchesPidfd(t *testing.T) {
 		}
 		return
 	}
-	r := &reaper{waiters: make(map[int]chan unix.WaitStatus)}
+	r := &reaper{waiters: make(map[int]chan exitStatus)}
 	for i := range 3 {
 		pid, ch, err := r.start(func() (int, error) {
 			p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", fmt.Sprintf("exit %d", 7+i)}, &os.ProcAttr{})
@@ -200,7 +198,7 @@ func TestReaperWatchesPidfd(t *testing.T) {
 		select {
 		case ws := <-ch:
 			if !ws.Exited() || ws.ExitStatus() != 7+i {
-				t.Errorf("child %d: wait status %#x; want exit %d", pid, uint32(ws), 7+i)
+				t.Errorf("child %d: wait status %#x; want exit %d", pid, uint32(ws.WaitStatus), 7+i)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("child %d: no exit dispatched 10 s after it started", pid)

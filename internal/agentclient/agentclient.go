@@ -47,6 +47,18 @@ const StoppingHeader = "Corral-Agent-Stopping"
 // agent has its own copy of the name; a test keeps the two equal.
 const OOMKillsHeader = "Corral-Oom-Kills"
 
+// RestartsHeader is set by an agent under corral-init on every answer
+// once an earlier agent of its box failed (a crash, a signal, a non-zero
+// exit): how many did, as corral-init counts them since the box started.
+// FailureHeader says how the last one ended ("killed by signal 9"). The
+// daemon's agent pool reports a count it has not seen (the agent restart
+// metric and event). The agent has its own copies of the names; a test
+// keeps them equal.
+const (
+	RestartsHeader = "Corral-Agent-Restarts"
+	FailureHeader  = "Corral-Agent-Last-Failure"
+)
+
 // unixBaseURL is the URL base used for unix-socket agents; the host part is
 // ignored by the dialer.
 const unixBaseURL = "http://agent"

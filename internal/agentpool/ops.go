@@ -119,6 +119,19 @@ func (p *Pool) Running(ctx context.Context, addr string) (int, error) {
 	return len(resp.Msg.GetProcesses()), nil
 }
 
+// Processes returns the commands the agent at addr runs and, with ended,
+// those that ended recently (with how they ended).
+func (p *Pool) Processes(ctx context.Context, addr string, ended bool) ([]*processpb.ProcessInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	pc := processconnect.NewProcessClient(&http.Client{Transport: p.Transport(addr)}, baseURL)
+	resp, err := pc.List(ctx, connect.NewRequest(&processpb.ListRequest{IncludeEnded: &ended}))
+	if err != nil {
+		return nil, fmt.Errorf("list the agent's processes: %w", err)
+	}
+	return resp.Msg.GetProcesses(), nil
+}
+
 // do sends one HTTP/1.1 request to the agent at addr through the pool.
 func (p *Pool) do(ctx context.Context, addr, method, path, ctype string, body []byte) (*http.Response, error) {
 	var r io.Reader

@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,13 +61,19 @@ type Config struct {
 	// Timeout bounds each of Init, ReadFile and WriteFile; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
+	// Restarts, when set, is told of each answer of an agent that
+	// reports failed agents before it (agentclient.RestartsHeader): the
+	// agent's address, their count and how the last one ended. It is
+	// called on the request's goroutine and must be quick.
+	Restarts func(addr string, count uint64, failure string)
 }
 
 // Pool holds the connections to agents, by address. Its zero value is
 // not usable: call New.
 type Pool struct {
-	dialers map[string]Dialer
-	timeout time.Duration
+	dialers  map[string]Dialer
+	timeout  time.Duration
+	restarts func(addr string, count uint64, failure string)
 
 	mu sync.Mutex
 	// agents are the agents with a connection open or a call in
@@ -94,7 +101,7 @@ func New(cfg Config) *Pool {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Pool{dialers: cfg.Dialers, timeout: cfg.Timeout, agents: map[string]*agent{}}
+	return &Pool{dialers: cfg.Dialers, timeout: cfg.Timeout, restarts: cfg.Restarts, agents: map[string]*agent{}}
 }
 
 // Scheme returns the scheme of addr ("unix-abstract" of
@@ -270,6 +277,13 @@ func (t transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		resp, err := rt.RoundTrip(r)
+		if err == nil && t.p.restarts != nil {
+			if h := resp.Header.Get(agentclient.RestartsHeader); h != "" {
+				if n, perr := strconv.ParseUint(h, 10, 64); perr == nil {
+					t.p.restarts(t.addr, n, resp.Header.Get(agentclient.FailureHeader))
+				}
+			}
+		}
 		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(agentclient.StoppingHeader) == "" || attempt > StoppingRetries {
 			return resp, err
 		}

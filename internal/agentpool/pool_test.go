@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,5 +431,39 @@ func TestWarm(t *testing.T) {
 	get(t, p, "fake://a", "/")
 	if n := f.conns.Load(); n != 1 {
 		t.Errorf("warm-up and the next request opened %d connections; want 1", n)
+	}
+}
+
+// TestRestartsReported checks that an answer carrying the agent's count
+// of failed predecessors is reported with the agent's address, and that
+// answers without it are not.
+func TestRestartsReported(t *testing.T) {
+	var failed atomic.Bool
+	_, p := newFakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+		if failed.Load() {
+			w.Header().Set(agentclient.RestartsHeader, "3")
+			w.Header().Set(agentclient.FailureHeader, "killed by signal 9")
+		}
+		fmt.Fprint(w, "ok")
+	})
+	type report struct {
+		addr    string
+		n       uint64
+		failure string
+	}
+	var mu sync.Mutex
+	var got []report
+	p.restarts = func(addr string, n uint64, failure string) {
+		mu.Lock()
+		got = append(got, report{addr, n, failure})
+		mu.Unlock()
+	}
+	get(t, p, "fake://a", "/health")
+	failed.Store(true)
+	get(t, p, "fake://a", "/health")
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []report{{"fake://a", 3, "killed by signal 9"}}; !slices.Equal(got, want) {
+		t.Errorf("reports = %+v; want %+v", got, want)
 	}
 }

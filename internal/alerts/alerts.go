@@ -2,7 +2,8 @@
 // CPU, disk and pids at 80% and 90% of a sandbox's limits (when the use
 // crosses the level going up, re-armed only once it falls Hysteresis
 // points below, so that a value hovering at the level does not flap), an
-// OOM kill, and a full disk. Every alert goes to the Sinks: a log line, a
+// OOM kill, a full disk, and egress denials (Denials, rate-limited per
+// box). Every alert goes to the Sinks: a log line, a
 // webhook, the /metrics counters, and later the daemon's event funnel.
 package alerts
 
@@ -27,6 +28,10 @@ const (
 	Pids     Kind = "pids"
 	OOM      Kind = "oom"
 	DiskFull Kind = "disk_full"
+	// AgentRestart: a box's agent failed (it crashed, was killed or
+	// exited with an error) and corral-init replaced it; the daemon
+	// raises it, Value is how many failed since the box started.
+	AgentRestart Kind = "agent_restart"
 )
 
 // Levels of alerts.

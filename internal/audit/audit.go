@@ -58,6 +58,10 @@ type Config struct {
 	Queue int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// DetachedEnds keeps detached execs pending until CollectEnds learns
+	// how they ended (see Detached); without it their exec_end is
+	// recorded, without the outcome, when the client leaves.
+	DetachedEnds bool
 }
 
 // Filter selects events.
@@ -90,6 +94,10 @@ type Store struct {
 	lost   map[string]uint64
 	subs   map[*Follower]struct{}
 	closed bool
+	// pending are the detached execs waiting for their end, by box and
+	// pid, npending their number; guarded by mu.
+	pending  map[string]map[uint32]*pendingExec
+	npending int
 
 	// Owned by the writer goroutine.
 	boxes map[string]*boxFile
@@ -133,6 +141,7 @@ func Open(cfg Config) (*Store, error) {
 	s := &Store{
 		cfg: cfg, queue: make(chan rest.AuditEvent, cfg.Queue), done: make(chan struct{}),
 		lost: map[string]uint64{}, subs: map[*Follower]struct{}{}, boxes: map[string]*boxFile{},
+		pending:  map[string]map[uint32]*pendingExec{},
 		flushReq: make(chan chan struct{}),
 	}
 	go s.run()
@@ -172,8 +181,18 @@ func (s *Store) Flush() {
 	}
 }
 
-// Close writes what is queued and stops the store.
+// Close writes what is queued and stops the store. The detached execs
+// still pending get their exec_end, without the outcome.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	pending := s.pending
+	s.pending, s.npending = map[string]map[uint32]*pendingExec{}, 0
+	s.mu.Unlock()
+	for _, box := range pending {
+		for _, pe := range box {
+			endUnknown(pe, "the end is unknown: the daemon stopped before the command ended")
+		}
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

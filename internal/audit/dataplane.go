@@ -49,6 +49,11 @@ type Exec struct {
 	json   bool   // the Connect JSON codec (else proto)
 	execID string
 
+	// Detach, when set, is offered the exec when the client left before
+	// it ended (Store.Detached): when it takes it, the exec_end is
+	// recorded later, with the outcome.
+	Detach func(box string, d rest.ExecDetail, add func(rest.AuditEvent)) bool
+
 	mu      sync.Mutex
 	detail  *rest.ExecDetail
 	started bool // the exec event was added
@@ -160,9 +165,8 @@ func (e *Exec) Message(flags byte, pre []byte, size uint32) {
 		e.detail.ExitCode = &code
 		e.detail.Status, e.detail.Error = end.GetStatus(), end.GetError()
 		e.detail.OOM, e.detail.TimedOut = end.GetOomKilled(), end.GetTimedOut()
-		if sig, ok := strings.CutPrefix(end.GetStatus(), "signal: "); ok {
-			e.detail.Signal = sig
-		}
+		e.detail.CPUTimeUS, e.detail.PeakMemoryBytes = end.GetCpuTimeUs(), end.GetPeakMemoryBytes()
+		e.detail.Signal = signalOf(end.GetStatus())
 		e.endLocked(false)
 	}
 }
@@ -190,7 +194,9 @@ func (e *Exec) endLocked(detached bool) {
 
 // Finish ends the record once the proxy is done with the request: a
 // stream that ended without the command's end event was left by the
-// client (or broke, then the error says so); status is the answer's.
+// client (or broke, then the error says so); status is the answer's. A
+// command the client left is offered to Detach, which records its end
+// when it comes.
 func (e *Exec) Finish(status int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -200,7 +206,27 @@ func (e *Exec) Finish(status int) {
 	if status >= 400 && e.detail.Error == "" {
 		e.detail.Error = "answered " + strconv.Itoa(status) + " " + http.StatusText(status)
 	}
-	e.endLocked(e.detail.Error == "")
+	detached := e.detail.Error == ""
+	if detached && e.started && e.Detach != nil {
+		d := *e.detail
+		add := e.add
+		id := e.id
+		if e.Detach(id, d, func(ev rest.AuditEvent) { ev.Sandbox = id; add(ev) }) {
+			e.ended = true
+			return
+		}
+	}
+	e.endLocked(detached)
+}
+
+// signalOf returns the signal of an end status ("signal: killed" ->
+// "killed"), or "".
+func signalOf(status string) string {
+	sig, _ := strings.CutPrefix(status, "signal: ")
+	if sig == status {
+		return ""
+	}
+	return sig
 }
 
 // dataSize reports the output stream (1 stdout, 2 stderr, 3 pty) and the

@@ -75,7 +75,7 @@ func TestExecRecord(t *testing.T) {
 			out := bytes.Repeat([]byte("x"), 3000) // longer than the prefix kept
 			feed(0, response(t, isJSON, &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: out}}}}))
 			feed(0, response(t, isJSON, &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stderr{Stderr: []byte("oops")}}}}))
-			feed(0, response(t, isJSON, &processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: &processpb.ProcessEvent_EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3"}}}))
+			feed(0, response(t, isJSON, &processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: &processpb.ProcessEvent_EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3", CpuTimeUs: 1500, PeakMemoryBytes: 4 << 20}}}))
 			feed(connectEndStream, []byte("{}"))
 			e.Finish(http.StatusOK)
 
@@ -89,6 +89,9 @@ func TestExecRecord(t *testing.T) {
 			}
 			if end.ExitCode == nil || *end.ExitCode != 3 || end.Status != "exit status 3" || end.End == nil || end.ID != start.ID || end.Detached {
 				t.Errorf("exec_end = %+v; want exit 3 with the exec's ID", end)
+			}
+			if end.CPUTimeUS != 1500 || end.PeakMemoryBytes != 4<<20 {
+				t.Errorf("exec_end usage = %d us, %d bytes; want 1500 us, 4 MiB", end.CPUTimeUS, end.PeakMemoryBytes)
 			}
 			if !isJSON && (end.StdoutBytes != 3000 || end.StderrBytes != 4) {
 				t.Errorf("output = %d/%d bytes; want 3000/4", end.StdoutBytes, end.StderrBytes)

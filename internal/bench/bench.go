@@ -53,7 +53,7 @@ const (
 // density last, because the kernel goes on freeing the namespaces and slab
 // of its 1000 removed boxes for tens of seconds, which would slow whatever
 // ran next (the warm-pool figures of the ops section did).
-var AllSections = []string{SectionLifecycle, SectionOps, SectionTiers, SectionThroughput, SectionDensity}
+var AllSections = []string{SectionLifecycle, SectionOps, SectionTiers, SectionThroughput, SectionObs, SectionDensity}
 
 // Result groups, the sections of the table and of the chart.
 const (
@@ -194,6 +194,8 @@ type Report struct {
 	Suspend *SuspendSize `json:"suspend,omitempty"`
 	// TierRatios are the tiers section's verdicts (tiers.go).
 	TierRatios []TierRatio `json:"tier_ratios,omitempty"`
+	// Obs is the observability section (obs.go).
+	Obs *Obs `json:"obs,omitempty"`
 }
 
 // Result names of Corral's own series.
@@ -331,6 +333,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.ops(ctx)
 		case SectionTiers:
 			r.tiers(ctx)
+		case SectionObs:
+			r.obs(ctx)
 		}
 		if err := ctx.Err(); err != nil {
 			return r.rep, err

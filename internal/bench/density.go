@@ -372,6 +372,9 @@ type densityBoxes struct {
 	// agentsExit says the boxes' agents exit when idle (Corral): the
 	// measurement waits for that, up to Config.AgentIdleWait.
 	agentsExit bool
+	// whileIdle, when set, runs once the boxes are measured idle, with
+	// how many run (the observability section's GET /metrics).
+	whileIdle func(ctx context.Context, n int)
 }
 
 // measureDensity starts n boxes, lets them settle, reads host memory and
@@ -461,6 +464,9 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	d.Growth = growth(before, idle, MeminfoFields)
 	d.Processes, d.RSS, d.PSS, d.PSSAnon, d.Threads = st.Processes, st.RSS, st.PSS, st.PSSAnon, st.Threads
 	d.Accounted = accounted(d.Growth, d.PSS+d.DaemonRSSGrowth, d.Running)
+	if b.whileIdle != nil {
+		b.whileIdle(ctx, len(ids))
+	}
 
 	if b.check != nil {
 		r.progress("%s density: exec true in each of %d boxes", b.name, len(ids))
@@ -548,6 +554,7 @@ func (r *run) density(ctx context.Context) {
 			return c.RemoveSandbox(ctx, id, client.RemoveOptions{Force: true})
 		},
 		agentsExit: true,
+		whileIdle:  r.scrapeMetrics,
 	}
 	if r.cfg.DaemonSocket != "" {
 		boxes.daemonPID = listenerPID(r.cfg.DaemonSocket)

@@ -72,6 +72,9 @@ func printReport(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintln(w)
 	printTargets(w, rep)
+	if rep.Obs != nil {
+		printObs(w, rep.Obs)
+	}
 }
 
 // printResults prints the results of the groups in says yes to.

@@ -135,7 +135,7 @@ within 10% (lifecycle and throughput).`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Image, "image", "busybox", "image of Corral's sandboxes (the peers run the same busybox root)")
 	f.StringVar(&cfg.Runtime, "runtime", "", "daemon runtime to measure (default: the daemon's)")
-	f.StringVar(&only, "only", strings.Join(bench.AllSections, ","), "comma-separated sections to run: "+strings.Join(bench.AllSections, ", "))
+	f.StringVar(&only, "only", strings.Join(bench.AllSections, ","), "comma-separated sections to run: "+strings.Join(bench.AllSections, ", ")+" (GET /metrics is timed with the density boxes: obs and density)")
 	f.IntVar(&cfg.Lifecycles, "lifecycles", 30, "create+exec+rm rounds, cold and (ops) with a warm pool, and raw runs per peer")
 	f.IntVar(&cfg.Execs, "execs", 300, "exec round trips")
 	f.StringVar(&peers, "peers", "crun,runc,bwrap,podman", "comma-separated raw peers: crun, runc, runsc, bwrap, podman (the tiers section runs runsc on its own)")

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	processpb "github.com/corral-sandbox/corral/api/gen/process"
 	"github.com/corral-sandbox/corral/internal/alerts"
 	"github.com/corral-sandbox/corral/internal/audit"
 	"github.com/corral-sandbox/corral/internal/httpapi"
@@ -23,7 +24,7 @@ func (d *Daemon) openAudit(ctx context.Context) (func() error, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
-	s, err := audit.Open(audit.Config{Dir: filepath.Join(d.cfg.Root, "audit"), MaxBytes: cfg.MaxBytesPerBox, Retention: cfg.retention()})
+	s, err := audit.Open(audit.Config{Dir: filepath.Join(d.cfg.Root, "audit"), MaxBytes: cfg.MaxBytesPerBox, Retention: cfg.retention(), DetachedEnds: true})
 	if err != nil {
 		return nil, err
 	}
@@ -32,12 +33,19 @@ func (d *Daemon) openAudit(ctx context.Context) (func() error, error) {
 	return s.Close, nil
 }
 
-// auditNetwork returns what records the egress decisions, or nil.
-func (d *Daemon) auditNetwork() func(network.Event) {
-	if d.audit == nil {
-		return nil
+// networkEvents returns what is told of every egress decision: the audit
+// trail records it (when on) and a denial raises an egress_denied alert,
+// rate-limited per box (the alerts are wired after the network: d.obs
+// is read at each event).
+func (d *Daemon) networkEvents() func(network.Event) {
+	return func(ev network.Event) {
+		if d.audit != nil {
+			d.audit.Network(ev)
+		}
+		if ev.Verdict == network.Deny {
+			d.obs.deny(ev)
+		}
 	}
-	return d.audit.Network
 }
 
 // auditSink returns the audit trail as an alert sink, if on.
@@ -70,17 +78,34 @@ func (d *Daemon) followAudit(ctx context.Context, m *sandbox.Manager) {
 		_, err := m.Get(ctx, id)
 		return err == nil
 	}
+	// The commands of a box and those that ended, asked of its agent
+	// while no operation holds the box (a suspend's checkpoint).
+	list := func(ctx context.Context, box string) ([]*processpb.ProcessInfo, error) {
+		var procs []*processpb.ProcessInfo
+		err := m.WithAgent(ctx, box, func(ctx context.Context, addr string) error {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			var err error
+			procs, err = d.agents.Processes(ctx, addr, true)
+			return err
+		})
+		return procs, err
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(auditPruneInterval)
 		defer t.Stop()
+		ends := time.NewTicker(audit.DetachedPollInterval)
+		defer ends.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 				d.audit.Prune(exists)
+			case <-ends.C:
+				d.audit.CollectEnds(ctx, list)
 			}
 		}
 	}()

@@ -140,6 +140,11 @@ type Config struct {
 	// IdleProcesses: a box running a command started through its agent
 	// (exec -d) is busy, not idle, for its --idle-timeout.
 	IdleProcesses bool `toml:"idle_processes"`
+	// OutputBuffer is how many bytes of each command's output a box's
+	// agent keeps for corral logs, attach and trajectory --with-output (a
+	// ring: the oldest output goes); 0 keeps none. It is in the box's
+	// memory, counted against its limit.
+	OutputBuffer int `toml:"output_buffer"`
 	// DiskPoolSize is how many formatted writable-layer disks are kept
 	// ready (default overlay.DefaultPoolSize; 0 also means that default;
 	// negative: none).
@@ -323,6 +328,18 @@ func (c Config) agentTimeouts() httpapi.AgentTimeouts {
 	}
 }
 
+// outputBuffer returns Spec.OutputBuffer for OutputBuffer: the agent's
+// default is left implicit (0), none is negative.
+func (c Config) outputBuffer() int {
+	switch c.OutputBuffer {
+	case 0:
+		return -1
+	case sandbox.DefaultOutputBuffer:
+		return 0
+	}
+	return c.OutputBuffer
+}
+
 // agentIdleExit returns AgentIdleExit parsed (the default when empty), or
 // -1 when it is not a valid duration.
 func (c Config) agentIdleExit() time.Duration {
@@ -370,6 +387,7 @@ func DefaultConfig() Config {
 		AgentExecGrace: DefaultAgentExecGrace,
 		IdleCPUPercent: DefaultIdleCPUPercent,
 		IdleProcesses:  true,
+		OutputBuffer:   sandbox.DefaultOutputBuffer,
 		UserNS:         UserNSAuto,
 		UserNSPool:     userns.DefaultPool,
 		Resources: Resources{
@@ -479,6 +497,8 @@ func (c Config) Validate() error {
 		return bad("agent_timeout %q must be a positive duration such as \"30s\" or \"2m\"", c.AgentTimeout)
 	case c.agentTimeouts().ExecGrace < 0:
 		return bad("agent_exec_grace %q must be a positive duration such as \"10s\"", c.AgentExecGrace)
+	case c.OutputBuffer < 0 || c.OutputBuffer > sandbox.MaxOutputBuffer:
+		return bad("output_buffer %d must be between 0 (keep no output) and %d bytes", c.OutputBuffer, sandbox.MaxOutputBuffer)
 	case c.DiskVolumeDirtyBytes < 0:
 		return bad("disk_volume_dirty_bytes %d must be 0 (the kernel's limits) or a size in bytes", c.DiskVolumeDirtyBytes)
 	case !(c.Limits.RequestsPerSecond >= 0) || c.Limits.RequestBurst < 0 || c.Limits.MaxSandboxes < 0 ||

@@ -60,6 +60,10 @@ pids = 256
 		{"agent timeout bad", "version = 1\nagent_timeout = \"0\"\n", "agent_timeout \"0\" must be a positive duration"},
 		{"agent exec grace bad", "version = 1\nagent_exec_grace = \"soon\"\n", "agent_exec_grace \"soon\" must be a positive duration"},
 		{"disk flush", "version = 1\ndisk_flush = true\n", ""},
+		{"output buffer", "version = 1\noutput_buffer = 65536\n", ""},
+		{"output buffer none", "version = 1\noutput_buffer = 0\n", ""},
+		{"output buffer negative", "version = 1\noutput_buffer = -1\n", "output_buffer -1 must be between 0"},
+		{"output buffer huge", "version = 1\noutput_buffer = 1073741824\n", "output_buffer 1073741824 must be between 0"},
 		{"metrics", "version = 1\n[metrics]\ninterval = \"1s\"\nhistory = 600\nper_sandbox = true\n", ""},
 		{"metrics interval bad", "version = 1\n[metrics]\ninterval = \"1ms\"\n", "metrics.interval \"1ms\" must be a duration of at least"},
 		{"metrics history bad", "version = 1\n[metrics]\nhistory = 0\n", "metrics.history 0 must be between 1 and"},
@@ -130,6 +134,13 @@ pids = 256
 	}
 	if d := DefaultConfig().agentIdleExit(); d != 30*time.Second {
 		t.Errorf("default agent idle exit %v, want 30s", d)
+	}
+	for in, want := range map[int]int{0: -1, 1 << 20: 0, 4096: 4096} {
+		c := DefaultConfig()
+		c.OutputBuffer = in
+		if got := c.outputBuffer(); got != want {
+			t.Errorf("output_buffer %d: Spec.OutputBuffer = %d; want %d", in, got, want)
+		}
 	}
 	if DefaultConfig().DiskFlush {
 		t.Errorf("default disk_flush = true; want false (disks mounted nobarrier)")

@@ -82,6 +82,8 @@ type Daemon struct {
 	userns usernsState
 	// obs samples the boxes, raises alerts and keeps the metrics.
 	obs *observability
+	// restarts reports the boxes' failed agents.
+	restarts *agentRestarts
 	// audit is the audit trail; nil when [audit] is off.
 	audit *audit.Store
 	// closers run last first in Close.
@@ -387,7 +389,11 @@ func (d *Daemon) installAgents(ctx context.Context) (func() error, error) {
 // openAgents makes the pool of connections to the agents, which the
 // Manager and the API share; agent_timeout bounds its one-shot calls.
 func (d *Daemon) openAgents(context.Context) (func() error, error) {
-	d.agents = agentpool.New(agentpool.Config{Timeout: d.cfg.agentTimeouts().Wait})
+	d.restarts = newAgentRestarts(func(ctx context.Context, id string, added, total uint64, failure string) {
+		d.obs.agentRestarts(ctx, id, added, total, failure)
+	})
+	d.restarts.reported = d.reportedRestarts
+	d.agents = agentpool.New(agentpool.Config{Timeout: d.cfg.agentTimeouts().Wait, Restarts: d.restarts.observe})
 	return d.agents.Close, nil
 }
 
@@ -397,7 +403,7 @@ func (d *Daemon) openNetwork(context.Context) (func() error, error) {
 	cfg := d.cfg
 	d.activity = &touchHook{}
 	d.guard = newGuard(cfg.Network)
-	netsvc, secretStore, err := newNetwork(cfg, d.guard, d.activity.touch, d.auditNetwork())
+	netsvc, secretStore, err := newNetwork(cfg, d.guard, d.activity.touch, d.networkEvents())
 	if err != nil {
 		return nil, err
 	}
@@ -438,6 +444,7 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 		AgentBinary:      d.agentBin,
 		InitBinary:       d.initBin,
 		AgentIdleExit:    d.idleExit,
+		OutputBuffer:     cfg.outputBuffer(),
 		IdleCPUPercent:   cfg.IdleCPUPercent,
 		DefaultImage:     cfg.DefaultImage,
 		DefaultResources: sandbox.Resources{
@@ -451,6 +458,8 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 	}
 	d.manager = m
 	d.activity.m.Store(m)
+	find := boxByAgentAddr(m)
+	d.restarts.find.Store(&find)
 	d.followAudit(ctx, m)
 	if err := m.Recover(ctx); err != nil {
 		return m.Close, err
@@ -515,6 +524,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		tunnels = d.tunnels
 		tunnelBase = cmp.Or(tunnelBase, "http://"+cfg.Tunnels.Listen)
 	}
+	d.obs.watchers = append(d.obs.watchers, d.restarts)
 	stopStats, err := d.obs.start(ctx, cfg, d.manager, d.offered, d.network, d.auditSink()...)
 	if err != nil {
 		return cs.close, err

@@ -2,7 +2,13 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/alerts"
 	"github.com/corral-sandbox/corral/internal/log"
@@ -16,6 +22,12 @@ import (
 type observability struct {
 	sampler *stats.Sampler
 	metrics *metrics.Metrics
+	// denials raises the egress_denied alerts; set by start.
+	denials atomic.Pointer[alerts.Denials]
+	// sinks are the alert sinks; set by start.
+	sinks atomic.Pointer[[]alerts.Sink]
+	// watchers are more stats watchers, given before start.
+	watchers []stats.Watcher
 }
 
 // cgroupRuntime is a runtime whose boxes have a cgroup each and a disk
@@ -68,6 +80,9 @@ func (o *observability) start(ctx context.Context, cfg Config, m *sandbox.Manage
 		}
 		sinks = append(sinks, hook)
 	}
+	denials := alerts.NewDenials(ctx, alerts.DenialsConfig{}, sinks...)
+	o.denials.Store(denials)
+	o.sinks.Store(&sinks)
 	o.sampler = stats.New(stats.Config{
 		Interval: cfg.Metrics.interval(),
 		History:  cfg.Metrics.History,
@@ -76,7 +91,7 @@ func (o *observability) start(ctx context.Context, cfg Config, m *sandbox.Manage
 			in, out := netsvc.Traffic(id)
 			return uint64(in), uint64(out)
 		},
-		Watchers: []stats.Watcher{alerts.NewEvaluator(ctx, sinks...)},
+		Watchers: append([]stats.Watcher{alerts.NewEvaluator(ctx, sinks...), denials}, o.watchers...),
 	})
 	var webhook func() (uint64, uint64, uint64)
 	if hook != nil {
@@ -122,4 +137,66 @@ func targets(ctx context.Context, m *sandbox.Manager, runtimes map[string]sandbo
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// deny raises the egress_denied alert of a denial (rate-limited per box),
+// once the alerts are wired.
+func (o *observability) deny(ev network.Event) {
+	if o == nil {
+		return
+	}
+	if den := o.denials.Load(); den != nil {
+		den.Deny(ev.Sandbox, describeDenial(ev), printable(ev.Reason))
+	}
+}
+
+// describeDenial says what was denied: "tcp 203.0.113.7:443 (pid 14
+// curl)", "dns example.com".
+func describeDenial(ev network.Event) string {
+	what := ev.Kind
+	port := strconv.Itoa(int(ev.Port))
+	switch {
+	case ev.Kind == "dns":
+		what += " " + ev.Host
+	case ev.Host != "":
+		what += " " + net.JoinHostPort(ev.Host, port)
+	case ev.Addr != "":
+		what += " " + net.JoinHostPort(ev.Addr, port)
+	}
+	if p := ev.Process; p != nil {
+		what += fmt.Sprintf(" (pid %d %s)", p.Pid, p.Command)
+	}
+	return printable(what)
+}
+
+// printable keeps a box-written string (a name it asked for) safe to log
+// and print: control characters become '?' and it is cut at 256 bytes.
+func printable(s string) string {
+	if len(s) > 256 {
+		s = s[:256]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
+
+// agentRestarts counts added failed agents of box id (total since the box
+// started, the last ended as failure) and raises an agent_restart alert.
+func (o *observability) agentRestarts(ctx context.Context, id string, added, total uint64, failure string) {
+	if o == nil {
+		return
+	}
+	o.metrics.AgentRestarts(added)
+	sinks := o.sinks.Load()
+	if sinks == nil {
+		return
+	}
+	a := alerts.Alert{Box: id, Kind: alerts.AgentRestart, Level: alerts.Warning, Value: float64(total), Time: time.Now().UTC(),
+		Message: fmt.Sprintf("the box's agent failed (%s) and was replaced: %d failed since the box started", printable(failure), total)}
+	for _, s := range *sinks {
+		s.Alert(ctx, a)
+	}
 }

@@ -10,6 +10,12 @@ import (
 	"github.com/corral-sandbox/corral/internal/audit"
 )
 
+// detachedLog is an AuditLog that records the end of a detached exec
+// when it comes (*audit.Store).
+type detachedLog interface {
+	Detached(box string, d rest.ExecDetail, add func(rest.AuditEvent)) bool
+}
+
 // AuditLog is the daemon's audit trail (*audit.Store): the data plane
 // adds the execs and file operations it forwards; GET /v1/events and
 // GET /v1/sandboxes/{id}/trajectory read it.

@@ -315,6 +315,9 @@ func (p *agentProxy) record(w http.ResponseWriter, r *http.Request, ctx context.
 	}
 	if path == startPath {
 		er := audit.NewExec(add, id, r)
+		if dl, ok := p.audit.(detachedLog); ok {
+			er.Detach = dl.Detached
+		}
 		return aw, context.WithValue(ctx, execRecordKey{}, er), func() { er.Finish(aw.status) }
 	}
 	var body []byte

@@ -72,6 +72,7 @@ type Metrics struct {
 	ops      *prometheus.HistogramVec
 	opErrors *prometheus.CounterVec
 	alerts   *prometheus.CounterVec
+	restarts prometheus.Counter
 }
 
 // latencyBuckets span an exec (a millisecond) to a slow create or a
@@ -92,13 +93,17 @@ func New(cfg Config) *Metrics {
 	}, []string{"op"})
 	m.alerts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "corral_alerts_total",
-		Help: "Alerts raised, by kind (memory, cpu, disk, pids, oom, disk_full) and level (warning, critical).",
+		Help: "Alerts raised, by kind (memory, cpu, disk, pids, oom, disk_full, egress_denied, agent_restart) and level (warning, critical).",
 	}, []string{"kind", "level"})
+	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "corral_agent_restarts_total",
+		Help: "Agents of sandboxes that failed (crashed, were killed or exited with an error) and were replaced by corral-init, as the next agent reported them.",
+	})
 	for _, op := range []string{OpCreate, OpExec, OpFork, OpResume} {
 		m.ops.WithLabelValues(op)
 		m.opErrors.WithLabelValues(op)
 	}
-	m.reg.MustRegister(m.ops, m.opErrors, m.alerts, &collector{cfg: m.cfg},
+	m.reg.MustRegister(m.ops, m.opErrors, m.alerts, m.restarts, &collector{cfg: m.cfg},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -122,6 +127,9 @@ func (m *Metrics) Observe(op string, d time.Duration, err error) {
 func (m *Metrics) Alert(_ context.Context, a alerts.Alert) {
 	m.alerts.WithLabelValues(string(a.Kind), a.Level).Inc()
 }
+
+// AgentRestarts counts n failed and replaced agents.
+func (m *Metrics) AgentRestarts(n uint64) { m.restarts.Add(float64(n)) }
 
 // Handler serves the metrics in Prometheus' text format (or OpenMetrics
 // when asked).

@@ -86,6 +86,8 @@ func TestHandler(t *testing.T) {
 	m.Observe(OpExec, time.Millisecond, nil)
 	m.Observe(OpFork, time.Second, errors.New("no"))
 	m.Alert(context.Background(), alerts.Alert{Kind: alerts.Memory, Level: alerts.Warning})
+	m.AgentRestarts(2)
+	m.AgentRestarts(1)
 	out := scrape(t, m)
 	for _, want := range []string{
 		`corral_sandboxes{runtime="crun",state="running"} 2`,
@@ -105,6 +107,7 @@ func TestHandler(t *testing.T) {
 		`corral_operation_errors_total{op="fork"} 1`,
 		`corral_alerts_total{kind="memory",level="warning"} 1`,
 		`corral_stats_sandboxes 2`,
+		`corral_agent_restarts_total 3`,
 		"go_goroutines ",
 	} {
 		if !strings.Contains(out, want+"\n") && !strings.Contains(out, want) {

@@ -33,6 +33,34 @@ func attribute(d *sockDiag, pid1 int, peer, dst netip.AddrPort) (exec, proc *Pro
 	return owner(pid1, uint64(inode))
 }
 
+// attributeDNS finds the process (and its exec) that sent a DNS query
+// from client over transport ("udp" or "tcp"), while it waits for the
+// answer; nil when it cannot be told (the socket is gone, or the query
+// was sent to another address than the box's resolver). The query was
+// sent to the resolver of the box's resolv.conf (Gateway) and redirected
+// to the proxy, or to the proxy's own address.
+func attributeDNS(d *sockDiag, pid1 int, transport string, client netip.AddrPort) (exec, proc *ProcRef) {
+	if d == nil || !client.IsValid() {
+		return nil, nil
+	}
+	for _, server := range []netip.AddrPort{netip.AddrPortFrom(Gateway, 53), netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), DNSPort)} {
+		var inode uint32
+		var err error
+		switch transport {
+		case "udp":
+			inode, err = d.inodeUDP(client, server)
+		case "tcp":
+			inode, err = d.inode(client, server)
+		default:
+			return nil, nil
+		}
+		if err == nil && inode != 0 {
+			return owner(pid1, uint64(inode))
+		}
+	}
+	return nil, nil
+}
+
 // AgentPath is where the agent binary is mounted in every box (the OCI
 // runtime's oci.AgentPath, which a test keeps equal).
 const AgentPath = "/.corral/corral"

@@ -56,6 +56,22 @@ func (d *sockDiag) Close() error {
 // inode returns the inode of the IPv4 TCP socket whose local address is
 // local and remote address remote.
 func (d *sockDiag) inode(local, remote netip.AddrPort) (uint32, error) {
+	return d.lookup(unix.IPPROTO_TCP, local, remote)
+}
+
+// inodeUDP returns the inode of the IPv4 UDP socket that would receive a
+// datagram from remote to local: the socket connected to remote, or one
+// bound to local's port and not connected (a resolver that does not
+// connect its socket).
+func (d *sockDiag) inodeUDP(local, remote netip.AddrPort) (uint32, error) {
+	// The kernel's UDP lookup (udp_dump_one) takes the request's source
+	// as the datagram's source, unlike TCP's: the addresses are swapped.
+	return d.lookup(unix.IPPROTO_UDP, remote, local)
+}
+
+// lookup asks for the socket of protocol proto with the request's source
+// src and destination dst.
+func (d *sockDiag) lookup(proto uint8, local, remote netip.AddrPort) (uint32, error) {
 	if !local.Addr().Is4() || !remote.Addr().Is4() {
 		return 0, errors.New("sock_diag: IPv4 only")
 	}
@@ -74,7 +90,7 @@ func (d *sockDiag) inode(local, remote netip.AddrPort) (uint32, error) {
 	le.PutUint32(msg[8:], d.seq)
 	r := msg[hdr:]
 	r[0] = unix.AF_INET
-	r[1] = unix.IPPROTO_TCP
+	r[1] = proto
 	le.PutUint32(r[4:], 0xffffffff) // every state
 	id := r[8:]
 	binary.BigEndian.PutUint16(id[0:], local.Port())

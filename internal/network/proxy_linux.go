@@ -611,6 +611,7 @@ func (b *boxNet) lookupDNS(ctx context.Context, name string) ([]netip.Addr, erro
 
 func (b *boxNet) logDNS(q dnsproxy.Query, v dnsproxy.Verdict, a *dnsproxy.Answer) {
 	ev := b.newEvent("dns", nil)
+	ev.Exec, ev.Process = attributeDNS(b.diag, b.pid, q.Transport, q.Client)
 	ev.Host, ev.Port = q.Name, 53
 	verdict := Deny
 	if v.Allowed {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 
 	"github.com/containerd/errdefs"
 
@@ -61,4 +62,37 @@ func (m *Manager) installCA(ctx context.Context, addr string, pem []byte) error 
 		log.G(ctx).Warn("sandbox CA not added to the system bundle", "error", err)
 	}
 	return nil
+}
+
+// ErrBusy is returned by WithAgent while an operation (a suspend, a
+// pause, a removal) holds the box, or while it is not running.
+var ErrBusy = fmt.Errorf("sandbox busy or not running: %w", errdefs.ErrUnavailable)
+
+// WithAgent calls fn with the agent address of running sandbox id, while
+// no lifecycle operation runs on it: a suspend's checkpoint cannot then
+// find fn's connection to the agent open. It never waits for an
+// operation: ErrBusy when one holds the box or it is not running,
+// errdefs.ErrNotFound when it is gone. fn must be short (its own
+// timeout): removing the box waits for it.
+func (m *Manager) WithAgent(ctx context.Context, id string, fn func(ctx context.Context, addr string) error) error {
+	m.mu.Lock()
+	b, ok := m.boxes[id]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if !b.op.TryLock() {
+		return ErrBusy
+	}
+	defer b.op.Unlock()
+	m.mu.Lock()
+	gone, rec := b.gone, b.rec
+	m.mu.Unlock()
+	switch {
+	case gone:
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	case rec.State != StateRunning || rec.AgentAddr == "":
+		return ErrBusy
+	}
+	return fn(ctx, rec.AgentAddr)
 }

@@ -35,6 +35,12 @@ const (
 	DefaultReadyTimeout = 10 * time.Second
 	// RecoverReadyTimeout bounds the wait for each agent in Recover.
 	RecoverReadyTimeout = 2 * time.Second
+	// DefaultOutputBuffer is how many bytes of each command's output a
+	// box's agent keeps for replay (corral logs): the agent's default.
+	DefaultOutputBuffer = 1 << 20
+	// MaxOutputBuffer bounds ManagerConfig.OutputBuffer: the buffers are
+	// in the box's memory, counted against its limit.
+	MaxOutputBuffer = 64 << 20
 )
 
 // Lower bounds of a sandbox's resources. The corral.yaml parser (package
@@ -81,6 +87,8 @@ type ManagerConfig struct {
 	InitBinary string
 	// AgentIdleExit is Spec.AgentIdleExit of new sandboxes.
 	AgentIdleExit time.Duration
+	// OutputBuffer is Spec.OutputBuffer of new sandboxes.
+	OutputBuffer int
 	// IdleCPUPercent: CPU use of a box above this percentage of one CPU,
 	// over the last part of its idle period, counts as activity for its
 	// idle timeout (0: CPU use does not count).

@@ -233,6 +233,7 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		AgentBinary:   m.cfg.AgentBinary,
 		InitBinary:    m.cfg.InitBinary,
 		AgentIdleExit: m.cfg.AgentIdleExit,
+		OutputBuffer:  m.cfg.OutputBuffer,
 		HostNetwork:   req.HostNetwork,
 
 		AllowPrivilegeEscalation: img.AllowPrivilegeEscalation,

@@ -77,6 +77,10 @@ type Spec struct {
 	// AgentIdleExit is how long an agent under InitBinary stays without
 	// requests, commands or watchers before it exits (0 = never).
 	AgentIdleExit time.Duration `json:"agent_idle_exit,omitempty"`
+	// OutputBuffer is how many bytes of each command's output the agent
+	// keeps for replay (0: the agent's default, DefaultOutputBuffer;
+	// negative: none).
+	OutputBuffer int `json:"output_buffer,omitempty"`
 	// Warm marks a warm pool's sandbox: its agent's idle clock starts only
 	// with its first real request, after the hand-out.
 	Warm bool `json:"warm,omitempty"`

@@ -1631,9 +1631,15 @@ type ProcessEvent_EndEvent struct {
 	// Corral extension: the kernel's OOM killer ended the command.
 	OomKilled bool `protobuf:"varint,100,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	// Corral extension: the command was killed because its timeout expired.
-	TimedOut      bool `protobuf:"varint,101,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TimedOut bool `protobuf:"varint,101,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// Corral extension: CPU time (user and system) the command and the
+	// descendants it waited for used, in microseconds.
+	CpuTimeUs uint64 `protobuf:"varint,102,opt,name=cpu_time_us,json=cpuTimeUs,proto3" json:"cpu_time_us,omitempty"`
+	// Corral extension: the largest resident set size of the command or
+	// of one of the descendants it waited for, in bytes.
+	PeakMemoryBytes uint64 `protobuf:"varint,103,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProcessEvent_EndEvent) Reset() {
@@ -1706,6 +1712,20 @@ func (x *ProcessEvent_EndEvent) GetTimedOut() bool {
 		return x.TimedOut
 	}
 	return false
+}
+
+func (x *ProcessEvent_EndEvent) GetCpuTimeUs() uint64 {
+	if x != nil {
+		return x.CpuTimeUs
+	}
+	return 0
+}
+
+func (x *ProcessEvent_EndEvent) GetPeakMemoryBytes() uint64 {
+	if x != nil {
+		return x.PeakMemoryBytes
+	}
+	return 0
 }
 
 type ProcessEvent_KeepAlive struct {
@@ -1926,7 +1946,7 @@ const file_process_process_proto_rawDesc = "" +
 	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\x12#\n" +
 	"\x03pty\x18\x02 \x01(\v2\f.process.PTYH\x00R\x03pty\x88\x01\x01B\x06\n" +
 	"\x04_pty\"\x10\n" +
-	"\x0eUpdateResponse\"\xc4\x04\n" +
+	"\x0eUpdateResponse\"\x90\x05\n" +
 	"\fProcessEvent\x128\n" +
 	"\x05start\x18\x01 \x01(\v2 .process.ProcessEvent.StartEventH\x00R\x05start\x125\n" +
 	"\x04data\x18\x02 \x01(\v2\x1f.process.ProcessEvent.DataEventH\x00R\x04data\x122\n" +
@@ -1939,7 +1959,7 @@ const file_process_process_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x12\n" +
 	"\x03pty\x18\x03 \x01(\fH\x00R\x03ptyB\b\n" +
-	"\x06output\x1a\xb8\x01\n" +
+	"\x06output\x1a\x84\x02\n" +
 	"\bEndEvent\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x11R\bexitCode\x12\x16\n" +
 	"\x06exited\x18\x02 \x01(\bR\x06exited\x12\x16\n" +
@@ -1947,7 +1967,9 @@ const file_process_process_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"oom_killed\x18d \x01(\bR\toomKilled\x12\x1b\n" +
-	"\ttimed_out\x18e \x01(\bR\btimedOutB\b\n" +
+	"\ttimed_out\x18e \x01(\bR\btimedOut\x12\x1e\n" +
+	"\vcpu_time_us\x18f \x01(\x04R\tcpuTimeUs\x12*\n" +
+	"\x11peak_memory_bytes\x18g \x01(\x04R\x0fpeakMemoryBytesB\b\n" +
 	"\x06_error\x1a\v\n" +
 	"\tKeepAliveB\a\n" +
 	"\x05event\"<\n" +

@@ -68,6 +68,32 @@ type Query struct {
 	// Type is the query type: "A", "AAAA", "TXT", ..., or "TYPE<n>" for a
 	// type without a name (RFC 3597).
 	Type string
+	// Client is the address the query came from and Transport "udp" or
+	// "tcp", when it came through ServeUDP or ServeTCP.
+	Client    netip.AddrPort
+	Transport string
+}
+
+// clientKey carries the client of the query being answered in its ctx.
+type clientKey struct{}
+
+type client struct {
+	addr      netip.AddrPort
+	transport string
+}
+
+// withClient returns ctx carrying the query's client address.
+func withClient(ctx context.Context, addr net.Addr, transport string) context.Context {
+	var ap netip.AddrPort
+	switch a := addr.(type) {
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	default:
+		return ctx
+	}
+	return context.WithValue(ctx, clientKey{}, client{addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), transport: transport})
 }
 
 // ErrNoAllowedAddress is the error Lookup wraps when the name resolves but
@@ -246,7 +272,7 @@ func (s *Server) reply(ctx context.Context, req []byte) (*reply, error) {
 		return r, nil
 	case h.OpCode != 0: // QUERY
 		r.hdr.RCode = dnsmessage.RCodeNotImplemented
-		s.log(Query{Name: normalise(q.Name), Type: typeString(q.Type)},
+		s.log(ctx, Query{Name: normalise(q.Name), Type: typeString(q.Type)},
 			Verdict{Reason: "opcode " + strconv.Itoa(int(h.OpCode)) + " not implemented"}, nil)
 		return r, nil
 	case opts == 1 && version != 0:
@@ -263,15 +289,15 @@ func (s *Server) reply(ctx context.Context, req []byte) (*reply, error) {
 func (s *Server) answer(ctx context.Context, q dnsmessage.Question) (dnsmessage.RCode, []netip.Addr) {
 	query := Query{Name: normalise(q.Name), Type: typeString(q.Type)}
 	if q.Class != dnsmessage.ClassINET {
-		s.log(query, Verdict{Reason: "class " + strconv.Itoa(int(q.Class)) + " not served"}, nil)
+		s.log(ctx, query, Verdict{Reason: "class " + strconv.Itoa(int(q.Class)) + " not served"}, nil)
 		return dnsmessage.RCodeRefused, nil
 	}
 	if !validName(query.Name) {
-		s.log(query, Verdict{Reason: "invalid name"}, nil)
+		s.log(ctx, query, Verdict{Reason: "invalid name"}, nil)
 		return dnsmessage.RCodeRefused, nil
 	}
 	if q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeAAAA {
-		s.log(query, Verdict{Reason: "type " + query.Type + " not served"}, nil)
+		s.log(ctx, query, Verdict{Reason: "type " + query.Type + " not served"}, nil)
 		return dnsmessage.RCodeRefused, nil
 	}
 	v := Verdict{Reason: "no policy"}
@@ -279,17 +305,17 @@ func (s *Server) answer(ctx context.Context, q dnsmessage.Question) (dnsmessage.
 		v = s.cfg.Allow(query.Name)
 	}
 	if !v.Allowed {
-		s.log(query, v, nil)
+		s.log(ctx, query, v, nil)
 		return dnsmessage.RCodeRefused, nil
 	}
 	if q.Type == dnsmessage.TypeAAAA {
 		// Sandboxes are IPv4-only: the name exists but has no AAAA data.
-		s.log(query, v, &Answer{})
+		s.log(ctx, query, v, &Answer{})
 		return dnsmessage.RCodeSuccess, nil
 	}
 
 	a := s.lookup(ctx, query.Name)
-	s.log(query, v, a)
+	s.log(ctx, query, v, a)
 	switch {
 	case a.Err == nil:
 		return dnsmessage.RCodeSuccess, a.Addrs
@@ -328,8 +354,11 @@ func (s *Server) lookup(ctx context.Context, name string) *Answer {
 	return a
 }
 
-func (s *Server) log(q Query, v Verdict, a *Answer) {
+func (s *Server) log(ctx context.Context, q Query, v Verdict, a *Answer) {
 	if s.cfg.Log != nil {
+		if c, ok := ctx.Value(clientKey{}).(client); ok {
+			q.Client, q.Transport = c.addr, c.transport
+		}
 		s.cfg.Log(q, v, a)
 	}
 }

@@ -396,6 +396,10 @@ func TestQueries(t *testing.T) {
 				t.Fatalf("Log called %d times; want once", len(logs))
 			}
 			l := logs[0]
+			if !l.q.Client.IsValid() || l.q.Transport != "udp" {
+				t.Errorf("Log query client %v over %q; want the client's address over udp", l.q.Client, l.q.Transport)
+			}
+			l.q.Client, l.q.Transport = netip.AddrPort{}, "" // TestLogClient checks them
 			if l.q != tc.wantQuery || l.v.Allowed != tc.wantAllow || l.v.Reason == "" {
 				t.Errorf("Log(%+v, %+v, ...); want Log(%+v, {Allowed: %v, Reason: <set>}, ...)", l.q, l.v, tc.wantQuery, tc.wantAllow)
 			}
@@ -708,5 +712,37 @@ func TestTCPConnectionLimit(t *testing.T) {
 		}
 		_ = c.Close()
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLogClient checks that the log of a query names the address it came
+// from and its transport, so that the caller can find the process that
+// sent it.
+func TestLogClient(t *testing.T) {
+	h := newHarness(t)
+	c, err := net.Dial("udp4", h.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(ioTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(query(t, 31, "denied.test", dnsmessage.TypeA)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 2048)); err != nil {
+		t.Fatal(err)
+	}
+	tc := dialTCP(t, h.tcp)
+	writeTCP(t, tc, query(t, 32, "denied.test", dnsmessage.TypeA))
+	readTCP(t, tc)
+	_, _, logs := h.snapshot()
+	want := []dnsproxy.Query{
+		{Name: "denied.test", Type: "A", Client: c.LocalAddr().(*net.UDPAddr).AddrPort(), Transport: "udp"},
+		{Name: "denied.test", Type: "A", Client: tc.LocalAddr().(*net.TCPAddr).AddrPort(), Transport: "tcp"},
+	}
+	if len(logs) != 2 || logs[0].q != want[0] || logs[1].q != want[1] {
+		t.Errorf("logged queries = %+v; want %+v", logs, want)
 	}
 }

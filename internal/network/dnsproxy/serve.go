@@ -57,7 +57,7 @@ func (s *Server) ServeUDP(pc net.PacketConn) error {
 		req := append([]byte(nil), buf[:n]...)
 		wg.Go(func() {
 			defer func() { <-sem }()
-			resp, err := s.handleUDP(ctx, req)
+			resp, err := s.handleUDP(withClient(ctx, addr, "udp"), req)
 			if err != nil {
 				return
 			}
@@ -113,6 +113,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer stop()
+	ctx = withClient(ctx, c.RemoteAddr(), "tcp")
 
 	var lenBuf [2]byte
 	buf := make([]byte, maxQuerySize)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -146,6 +147,9 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			if s.Warm {
 				args = append(args, "--warm")
 			}
+		}
+		if s.OutputBuffer != 0 {
+			args = append(args, "--output-buffer", strconv.Itoa(s.OutputBuffer))
 		}
 		// The sandbox's defaults for every command.
 		if s.Workdir != "" {

@@ -143,6 +143,14 @@ func TestBuildSpecVariants(t *testing.T) {
 					return m.Destination == InitPath && m.Source == "/var/lib/corral/agent/corral-init-x" && slices.Contains(m.Options, "ro")
 				})
 		}},
+		{"output buffer", func(p *specParams) {
+			p.spec.InitBinary, p.spec.OutputBuffer = "/i", 4096
+		}, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{InitPath, AgentPath, "agent", "--listen-fd", "3", "--under-init", "--idle-exit", "0s", "--output-buffer", "4096"})
+		}},
+		{"no output buffer", func(p *specParams) { p.spec.OutputBuffer = -1 }, func(s *specs.Spec) bool {
+			return slices.Equal(s.Process.Args, []string{AgentPath, "agent", "--listen-fd", "3", "--output-buffer", "-1"})
+		}},
 		{"on-demand agent of a pool box", func(p *specParams) {
 			p.spec.InitBinary, p.spec.Warm = "/i", true
 		}, func(s *specs.Spec) bool {
