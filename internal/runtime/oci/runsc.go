@@ -33,9 +33,11 @@ import (
 //     netstack would send raw frames past them).
 //   - No corral-init: the agent is PID 1 of gVisor's kernel and never exits
 //     when idle.
-//   - No memory checkpoint: runsc's checkpoint needs a restore into a new
-//     sandbox with the same mounts and files, which is not wired; suspend
-//     and fork keep files only (FilesOnly).
+//   - No memory checkpoint: `runsc checkpoint` of release 20240729 refuses
+//     a sandbox on the host's network stack ("checkpoint not supported
+//     when using hostinet", runsc/boot/restore.go), and this dialect needs
+//     --network=host. gVisor supports it from release 20260721, which is
+//     not tested here. Suspend and fork keep files only (FilesOnly).
 //   - The pid file names the sandbox's kernel process (runsc-sandbox), in
 //     the box's cgroup; SIGTERM to it reaches the box's PID 1 (the agent),
 //     SIGKILL ends the whole box.

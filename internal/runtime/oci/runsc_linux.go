@@ -144,7 +144,7 @@ func (r *Runtime) removeState(id string) error {
 }
 
 // errFilesOnly is why a gvisor box's memory cannot be saved.
-const errFilesOnly = "the gvisor tier keeps files only: its memory state cannot be saved (suspend keeps the files, fork copies them)"
+const errFilesOnly = "the gvisor tier keeps files only: runsc cannot checkpoint a box on the host's network stack (--network=host), which this tier uses, so its memory state cannot be saved (suspend keeps the files, fork copies them)"
 
 // FilesOnly implements sandbox.FilesOnly: runsc boxes keep files only.
 func (r *Runtime) FilesOnly() string {
