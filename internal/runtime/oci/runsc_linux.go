@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"golang.org/x/sys/unix"
 
@@ -141,6 +146,27 @@ func (r *Runtime) removeState(id string) error {
 		}
 	}
 	return nil
+}
+
+// boxPids is the pids limit of runsc box id in gVisor's own cgroup: the
+// agent's --pids-max in its config.json (see RunscHostPids), 0 when it has
+// none.
+func (r *Runtime) boxPids(id string) int64 {
+	b, err := os.ReadFile(filepath.Join(r.Dir(id), configFile))
+	if err != nil {
+		return 0
+	}
+	var cfg specs.Spec
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg.Process == nil {
+		return 0
+	}
+	args := cfg.Process.Args
+	i := slices.Index(args, "--pids-max")
+	if i < 0 || i+1 >= len(args) {
+		return 0
+	}
+	n, _ := strconv.ParseInt(args[i+1], 10, 64)
+	return n
 }
 
 // errFilesOnly is why a gvisor box's memory cannot be saved.
