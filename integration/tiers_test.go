@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/corral-sandbox/corral/api/rest"
 )
 
 // boxTier is an isolation tier a test runs its cases in: the create flags
@@ -75,6 +77,22 @@ func TestTierLimits(t *testing.T) {
 					}
 					if s := d.boxState(id); s != "exited" {
 						t.Errorf("state after the OOM kill = %q; want exited", s)
+					}
+					// The box's exit reason and the command's record
+					// say OOM too.
+					var sb []rest.Sandbox
+					if err := json.Unmarshal([]byte(d.must("inspect", id)), &sb); err != nil || len(sb) != 1 || sb[0].Exited == nil {
+						t.Fatalf("inspect: %v %+v; want an exited box", err, sb)
+					}
+					if r := sb[0].Exited.Reason; !strings.Contains(r, "killed: out of memory (memory limit 64 MiB)") {
+						t.Errorf("inspect exited.reason = %q; want killed: out of memory with the limit", r)
+					}
+					oom := false
+					for _, ev := range auditEvents(t, d.must("events", "--box", id, "--type", "exec_end", "--json")) {
+						oom = oom || (ev.Exec != nil && ev.Exec.OOM)
+					}
+					if !oom {
+						t.Errorf("events: no exec_end with oom_killed for the command the OOM killer ended")
 					}
 					return
 				}

@@ -47,7 +47,8 @@ func (p *agentProxy) guardStream(resp *http.Response) error {
 	ctx := resp.Request.Context()
 	t, _ := ctx.Value(targetKey{}).(target)
 	g := &streamGuard{body: resp.Body}
-	if er, _ := ctx.Value(execRecordKey{}).(*audit.Exec); er != nil {
+	er, _ := ctx.Value(execRecordKey{}).(*audit.Exec)
+	if er != nil {
 		g.msg = er.Message
 	}
 	resp.Body = g
@@ -58,10 +59,21 @@ func (p *agentProxy) guardStream(resp *http.Response) error {
 		if ctx.Err() != nil {
 			return nil // the client went away
 		}
-		return endStream(p.streamBroke(ctx, t.id, oom, oomErr == nil, cause))
+		err := p.streamBroke(ctx, t.id, oom, oomErr == nil, cause)
+		if er != nil && errors.As(err, new(oomKill)) {
+			er.SetOOMKilled()
+		}
+		return endStream(err)
 	}
 	return nil
 }
+
+// oomKill marks an error of streamBroke saying that the OOM killer ended
+// the command with its box (the gvisor tier): the exec's record then says
+// oom_killed, as the agent's end event does in the container tier.
+type oomKill struct{ error }
+
+func (e oomKill) Unwrap() error { return e.error }
 
 // streamBroke explains why the agent's stream of sandbox id broke with
 // cause. oomBefore is the box's OOM kill counter when the stream started,
@@ -97,8 +109,8 @@ func (p *agentProxy) gvisorDied(ctx context.Context, id string, cause error) err
 			limit = " (memory limit " + units.FormatBytes(int64(u.MemoryLimitBytes)) + ")"
 		}
 		log.G(ctx).Warn("gvisor box killed by the OOM killer", "sandbox", id, "oom_kills", u.OOMKills)
-		return fmt.Errorf("sandbox %s: killed: out of memory%s: in the gvisor tier the OOM killer ends the whole box (gVisor's kernel), not one command; remove it: %w",
-			id, limit, errdefs.ErrResourceExhausted)
+		return oomKill{fmt.Errorf("sandbox %s: killed: out of memory%s: in the gvisor tier the OOM killer ends the whole box (gVisor's kernel), not one command; remove it: %w",
+			id, limit, errdefs.ErrResourceExhausted)}
 	}
 	log.G(ctx).Warn("gvisor box ended", "sandbox", id, "error", cause)
 	return fmt.Errorf("sandbox %s: the box's gVisor kernel ended while the request ran (%v): a gvisor box ends whole when its kernel runs out of memory or of host tasks; remove it: %w",

@@ -19,7 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/units"
 )
 
 var _ sandbox.FilesOnly = (*Runtime)(nil)
@@ -167,6 +169,22 @@ func (r *Runtime) boxPids(id string) int64 {
 	}
 	n, _ := strconv.ParseInt(args[i+1], 10, 64)
 	return n
+}
+
+// runscOOMReason says that the host's OOM killer ended the kernel of
+// runsc box id, from the OOM kill counter of its cgroup, which stays until
+// Delete; "" when it did not. gVisor's kernel leaves no message in its log
+// when it is killed.
+func (r *Runtime) runscOOMReason(id string) string {
+	s, err := cgroups.Read(cgroups.Root, r.CgroupPath(id))
+	if err != nil || s.OOMKills == 0 {
+		return ""
+	}
+	limit := ""
+	if s.MemoryLimitBytes > 0 {
+		limit = " (memory limit " + units.FormatBytes(int64(s.MemoryLimitBytes)) + ")"
+	}
+	return "killed: out of memory" + limit + ": the host's OOM killer ended gVisor's kernel, and with it the box (in the gvisor tier the memory limit bounds the whole box)"
 }
 
 // errFilesOnly is why a gvisor box's memory cannot be saved.
