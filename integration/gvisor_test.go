@@ -71,8 +71,8 @@ func TestGVisorTier(t *testing.T) {
 	}
 	// Suspend keeps files only, and says so.
 	_, errOut, err := d.corral("suspend", id)
-	if err == nil || !strings.Contains(errOut, "gvisor tier keeps files only") {
-		t.Errorf("suspend of a gvisor box = %v, %q; want a refusal saying the tier keeps files only", err, errOut)
+	if err == nil || !strings.Contains(errOut, "gvisor tier keeps files only") || !strings.Contains(errOut, "cannot checkpoint a box on the host's network stack") {
+		t.Errorf("suspend of a gvisor box = %v, %q; want a refusal saying the tier keeps files only, and why", err, errOut)
 	}
 }
 

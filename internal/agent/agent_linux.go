@@ -203,6 +203,10 @@ func Listen(cfg Config) (net.Listener, error) {
 func Run(ctx context.Context, cfg Config) error {
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
 	defer stop()
+	// Before the threads below, which count against it.
+	if err := setPidsMax(cfg.withDefaults().CgroupPath, cfg.PidsMax); err != nil {
+		return err
+	}
 	if os.Getpid() == 1 || cfg.UnderInit {
 		// One P: the agent forwards I/O and forks; it never needs two
 		// CPUs at once. A single P keeps every hand-off between its

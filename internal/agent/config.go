@@ -20,6 +20,13 @@ type Config struct {
 	// token (the gvisor tier): the agent reads it, removes it, and serves
 	// only connections that send the token first; see tokenOnly.
 	TokenFile string
+	// PidsMax, when > 0, is the box's pids limit, which the agent writes
+	// to pids.max of the cgroup at CgroupPath (v1 layout, pids/pids.max)
+	// before it starts anything: the gvisor tier, where that cgroup is
+	// gVisor's own and bounds the box's tasks inside its kernel; the
+	// host's cgroup has headroom above it for gVisor's kernel (see
+	// oci.RunscHostPids). 0 leaves the cgroup as the runtime made it.
+	PidsMax int64
 	// CgroupPath is where the box's own cgroup is mounted (default
 	// /sys/fs/cgroup); used for OOM detection and memory metrics.
 	CgroupPath string

@@ -16,6 +16,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ListenFD, "listen-fd", 0, "inherited listening socket (the runtime passes 3)")
 	fs.StringVar(&c.Listen, "listen", "", "address to listen on instead: unix:///path or tcp://127.0.0.1:0")
 	fs.StringVar(&c.TokenFile, "token-file", "", "with a tcp:// --listen: read the connection token from this file, remove it, and serve only connections that send it first")
+	fs.Int64Var(&c.PidsMax, "pids-max", 0, "write this pids limit to the box's own cgroup before serving (the gvisor tier: gVisor's cgroup; 0 = leave it)")
 	fs.StringVar(&c.DefaultUser, "user", "", "default user of commands (default: the agent's own)")
 	fs.StringVar(&c.Workdir, "workdir", "", "default working directory of commands (default: the user's home, else /)")
 	fs.BoolVar(&c.UnderInit, "under-init", false, "started on demand by corral-init (PID 1 of the box): keep state in fd 4, exit when idle")
@@ -31,6 +32,9 @@ func (c Config) Validate() error {
 	}
 	if c.TokenFile != "" && !strings.HasPrefix(c.Listen, "tcp://") {
 		return errors.New("--token-file needs a tcp:// --listen")
+	}
+	if c.PidsMax < 0 {
+		return errors.New("--pids-max must not be negative")
 	}
 	if c.IdleExit < 0 {
 		return errors.New("--idle-exit must not be negative")

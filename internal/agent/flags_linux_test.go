@@ -28,6 +28,7 @@ func TestMainArguments(t *testing.T) {
 		{[]string{"agent", "--listen-fd", "3", "--idle-exit", "30s"}, 2, "--idle-exit and --warm need --under-init"},
 		{[]string{"agent", "--listen-fd", "3", "--warm"}, 2, "--idle-exit and --warm need --under-init"},
 		{[]string{"agent", "--listen-fd", "3", "--under-init", "--idle-exit", "-1s"}, 2, "--idle-exit must not be negative"},
+		{[]string{"agent", "--listen-fd", "3", "--pids-max", "-1"}, 2, "--pids-max must not be negative"},
 	} {
 		var stderr bytes.Buffer
 		code := Main(context.Background(), tc.args, &stderr)

@@ -171,6 +171,15 @@ func (e *Exec) Message(flags byte, pre []byte, size uint32) {
 	}
 }
 
+// SetOOMKilled records that the OOM killer ended the command when the
+// daemon, not the agent, reports its end: a gvisor box, which the OOM
+// killer ends whole, sends no end event.
+func (e *Exec) SetOOMKilled() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.detail.OOM = true
+}
+
 // startLocked adds the exec event; the caller holds mu.
 func (e *Exec) startLocked() {
 	if e.started {

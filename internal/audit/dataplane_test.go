@@ -129,6 +129,22 @@ func TestExecRecordDetachedAndFailed(t *testing.T) {
 	}
 }
 
+// TestExecRecordOOMKilledByDaemon: a command whose box the OOM killer
+// ended whole (the gvisor tier) has no end event from the agent; the
+// daemon's end of the stream marks it, and exec_end says oom_killed.
+func TestExecRecordOOMKilledByDaemon(t *testing.T) {
+	var got []rest.AuditEvent
+	e := NewExec(func(ev rest.AuditEvent) { got = append(got, ev) }, "box1", startRequest(t, false))
+	e.Message(0, response(t, false, &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: 9}}}), 0)
+	e.SetOOMKilled()
+	trailer := []byte(`{"error":{"code":"resource_exhausted","message":"sandbox box1: killed: out of memory"}}`)
+	e.Message(connectEndStream, trailer, uint32(len(trailer)))
+	e.Finish(http.StatusOK)
+	if len(got) != 2 || got[1].Type != rest.AuditExecEnd || !got[1].Exec.OOM || got[1].Exec.Detached || !strings.Contains(got[1].Exec.Error, "out of memory") {
+		t.Errorf("events = %+v; want exec, then exec_end with oom_killed and the error", got)
+	}
+}
+
 func TestFileEvent(t *testing.T) {
 	move, _ := proto.Marshal(&fspb.MoveRequest{Source: "/a", Destination: "/b"})
 	list, _ := proto.Marshal(&fspb.ListDirRequest{Path: "/dir", Depth: 2})

@@ -47,7 +47,8 @@ func (p *agentProxy) guardStream(resp *http.Response) error {
 	ctx := resp.Request.Context()
 	t, _ := ctx.Value(targetKey{}).(target)
 	g := &streamGuard{body: resp.Body}
-	if er, _ := ctx.Value(execRecordKey{}).(*audit.Exec); er != nil {
+	er, _ := ctx.Value(execRecordKey{}).(*audit.Exec)
+	if er != nil {
 		g.msg = er.Message
 	}
 	resp.Body = g
@@ -58,10 +59,21 @@ func (p *agentProxy) guardStream(resp *http.Response) error {
 		if ctx.Err() != nil {
 			return nil // the client went away
 		}
-		return endStream(p.streamBroke(ctx, t.id, oom, oomErr == nil, cause))
+		err := p.streamBroke(ctx, t.id, oom, oomErr == nil, cause)
+		if er != nil && errors.As(err, new(oomKill)) {
+			er.SetOOMKilled()
+		}
+		return endStream(err)
 	}
 	return nil
 }
+
+// oomKill marks an error of streamBroke saying that the OOM killer ended
+// the command with its box (the gvisor tier): the exec's record then says
+// oom_killed, as the agent's end event does in the container tier.
+type oomKill struct{ error }
+
+func (e oomKill) Unwrap() error { return e.error }
 
 // streamBroke explains why the agent's stream of sandbox id broke with
 // cause. oomBefore is the box's OOM kill counter when the stream started,
@@ -84,10 +96,11 @@ func (p *agentProxy) streamBroke(ctx context.Context, id string, oomBefore uint6
 
 // gvisorDied explains a broken request to a gvisor box: its agent is PID 1
 // of gVisor's kernel and is never restarted, so the box ended. The memory
-// and pids limits of a gvisor box bound the whole of it (gVisor's kernel
-// and its helper processes): the host's OOM killer takes gVisor's kernel,
-// not one command, and a box out of pids cannot make the threads its
-// kernel needs. Any OOM kill in the box's cgroup therefore ended it.
+// limit of a gvisor box bounds the whole of it (gVisor's kernel and its
+// helper processes): the host's OOM killer takes gVisor's kernel, not one
+// command, so any OOM kill in the box's cgroup ended it. (The pids limit
+// is gVisor's own, per command; the host's, above it, ends the box only
+// when gVisor's kernel cannot make a thread.)
 func (p *agentProxy) gvisorDied(ctx context.Context, id string, cause error) error {
 	u, uerr := p.m.Usage(ctx, id)
 	if uerr == nil && u.OOMKills > 0 {
@@ -96,16 +109,12 @@ func (p *agentProxy) gvisorDied(ctx context.Context, id string, cause error) err
 			limit = " (memory limit " + units.FormatBytes(int64(u.MemoryLimitBytes)) + ")"
 		}
 		log.G(ctx).Warn("gvisor box killed by the OOM killer", "sandbox", id, "oom_kills", u.OOMKills)
-		return fmt.Errorf("sandbox %s: killed: out of memory%s: in the gvisor tier the OOM killer ends the whole box (gVisor's kernel), not one command; remove it: %w",
-			id, limit, errdefs.ErrResourceExhausted)
-	}
-	limit := ""
-	if uerr == nil && u.PidsLimit > 0 {
-		limit = fmt.Sprintf(" (pids limit %d)", u.PidsLimit)
+		return oomKill{fmt.Errorf("sandbox %s: killed: out of memory%s: in the gvisor tier the OOM killer ends the whole box (gVisor's kernel), not one command; remove it: %w",
+			id, limit, errdefs.ErrResourceExhausted)}
 	}
 	log.G(ctx).Warn("gvisor box ended", "sandbox", id, "error", cause)
-	return fmt.Errorf("sandbox %s: the box's gVisor kernel ended while the request ran (%v): a gvisor box ends whole when it runs out of memory or pids%s; remove it: %w",
-		id, cause, limit, errdefs.ErrUnavailable)
+	return fmt.Errorf("sandbox %s: the box's gVisor kernel ended while the request ran (%v): a gvisor box ends whole when its kernel runs out of memory or of host tasks; remove it: %w",
+		id, cause, errdefs.ErrUnavailable)
 }
 
 // agentDied explains a request whose connection to the agent of running

@@ -3,12 +3,14 @@ package httpapi
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
 )
 
@@ -140,5 +142,57 @@ func TestStreamGuardFollowsEnvelopes(t *testing.T) {
 	g.follow([]byte{2, 0, 0, 0, 2})
 	if !g.ended {
 		t.Errorf("end-of-stream envelope not seen")
+	}
+}
+
+// TestProxyStreamGVisorOOM: the OOM killer ends a gvisor box whole (its
+// kernel is the host process it kills); the broken stream of the command
+// ends with resource_exhausted saying so, and the error is marked as an
+// OOM kill for the exec's record.
+func TestProxyStreamGVisorOOM(t *testing.T) {
+	f := newFixture(t, "", func(f *fixture, mc *sandbox.ManagerConfig) {
+		f.env.Other.Addr = func(string) string { return "tcp://" + f.agent.Listener.Addr().String() }
+		mc.Tiers = map[string]sandbox.TierConfig{
+			sandbox.TierContainer: {Runtimes: []string{"fake"}, Default: "fake"},
+			sandbox.TierGVisor:    {Runtimes: []string{"other"}, Default: "other"},
+		}
+	})
+	if code, body := f.do(t, "POST", "/v1/sandboxes", `{"name":"g","tier":"gvisor","resources":{"memory_bytes":67108864}}`); code != 201 {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	rec, err := f.m.Get(t.Context(), "g")
+	if err != nil || rec.TierOf() != sandbox.TierGVisor {
+		t.Fatalf("Get(g) = %+v, %v; want a gvisor box", rec, err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		resp, err := f.srv.Client().Post(f.srv.URL+"/v1/sandboxes/g/agent/connectstream", "application/connect+proto", nil)
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- b
+	}()
+	<-f.agentReqs
+	f.env.Other.Update(rec.ID, func(b *sandboxtest.Box) { b.OOMKills = 1 })
+	f.abort <- struct{}{}
+	envs, _ := envelopes(<-got)
+	if len(envs) != 2 || envs[1].flags != connectFlagEndStream {
+		t.Fatalf("stream = %+v; want the message, then an end-of-stream envelope", envs)
+	}
+	var end struct {
+		Error struct{ Code, Message string }
+	}
+	if err := json.Unmarshal([]byte(envs[1].msg), &end); err != nil {
+		t.Fatal(err)
+	}
+	if want := "killed: out of memory (memory limit 64 MiB): in the gvisor tier the OOM killer ends the whole box"; end.Error.Code != "resource_exhausted" || !strings.Contains(end.Error.Message, want) {
+		t.Errorf("end error %s %q; want resource_exhausted containing %q", end.Error.Code, end.Error.Message, want)
+	}
+	p := &agentProxy{m: f.m}
+	if err := p.gvisorDied(t.Context(), rec.ID, io.ErrUnexpectedEOF); !errors.As(err, new(oomKill)) {
+		t.Errorf("gvisorDied after an OOM kill = %v; want it marked as an OOM kill", err)
 	}
 }

@@ -102,8 +102,14 @@ const maxReason = 512
 // log (agent.log, where the runtime, corral-init and the agent write), for
 // example `exec container process "/.corral/init": Argument list too long`.
 // PID 1's exit status is not known: its parent is the OCI runtime, which
-// has exited, not the daemon.
+// has exited, not the daemon. A gvisor box the OOM killer ended says so
+// (runscOOMReason).
 func (r *Runtime) exitReason(id string) string {
+	if r.runsc != nil {
+		if why := r.runscOOMReason(id); why != "" {
+			return why
+		}
+	}
 	line := lastLine(filepath.Join(r.Dir(id), agentLog))
 	if line == "" {
 		return "it left no message in its log (killed by a signal?)"

@@ -33,9 +33,19 @@ import (
 //     netstack would send raw frames past them).
 //   - No corral-init: the agent is PID 1 of gVisor's kernel and never exits
 //     when idle.
-//   - No memory checkpoint: runsc's checkpoint needs a restore into a new
-//     sandbox with the same mounts and files, which is not wired; suspend
-//     and fork keep files only (FilesOnly).
+//   - No memory checkpoint: `runsc checkpoint` of release 20240729 refuses
+//     a sandbox on the host's network stack ("checkpoint not supported
+//     when using hostinet", runsc/boot/restore.go), and this dialect needs
+//     --network=host. gVisor supports it from release 20260721, which is
+//     not tested here. Suspend and fork keep files only (FilesOnly).
+//   - The pids limit. gVisor has its own cgroups, and refuses a fork
+//     past pids.max of its pids cgroup with EAGAIN; the host's limit
+//     counts gVisor's kernel and helpers too (under systrap every process
+//     of the box also has a host stub), and when gVisor's kernel cannot
+//     make a thread the whole box ends. So the agent writes the box's
+//     limit to gVisor's cgroup (--pids-max) before anything runs, and the
+//     host's cgroup gets RunscHostPids of it: a fork bomb fails like in
+//     the container tier, and the box lives on.
 //   - The pid file names the sandbox's kernel process (runsc-sandbox), in
 //     the box's cgroup; SIGTERM to it reaches the box's PID 1 (the agent),
 //     SIGKILL ends the whole box.
@@ -103,4 +113,14 @@ func AssessRunsc(out string) (release int, refused string) {
 		return release, fmt.Sprintf("runsc release %d is older than %d, the oldest with the systrap platform Corral has tested (install runsc from Debian trixie or gVisor's releases)", release, MinRunscRelease)
 	}
 	return release, ""
+}
+
+// RunscHostPids is the host cgroup's pids limit of a gvisor box whose own
+// limit (in gVisor's cgroup) is n: room for gVisor's kernel and gofer
+// threads (about 24 host tasks in an idle box) and systrap's stubs (about
+// 2 host tasks for each task of the box), so that the box's own limit is
+// reached first. The host's limit stays the bound on what the box costs
+// the host.
+func RunscHostPids(n int64) int64 {
+	return 3*n + 128
 }

@@ -4,17 +4,24 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/agentclient"
+	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/units"
 )
 
 var _ sandbox.FilesOnly = (*Runtime)(nil)
@@ -143,8 +150,45 @@ func (r *Runtime) removeState(id string) error {
 	return nil
 }
 
+// boxPids is the pids limit of runsc box id in gVisor's own cgroup: the
+// agent's --pids-max in its config.json (see RunscHostPids), 0 when it has
+// none.
+func (r *Runtime) boxPids(id string) int64 {
+	b, err := os.ReadFile(filepath.Join(r.Dir(id), configFile))
+	if err != nil {
+		return 0
+	}
+	var cfg specs.Spec
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg.Process == nil {
+		return 0
+	}
+	args := cfg.Process.Args
+	i := slices.Index(args, "--pids-max")
+	if i < 0 || i+1 >= len(args) {
+		return 0
+	}
+	n, _ := strconv.ParseInt(args[i+1], 10, 64)
+	return n
+}
+
+// runscOOMReason says that the host's OOM killer ended the kernel of
+// runsc box id, from the OOM kill counter of its cgroup, which stays until
+// Delete; "" when it did not. gVisor's kernel leaves no message in its log
+// when it is killed.
+func (r *Runtime) runscOOMReason(id string) string {
+	s, err := cgroups.Read(cgroups.Root, r.CgroupPath(id))
+	if err != nil || s.OOMKills == 0 {
+		return ""
+	}
+	limit := ""
+	if s.MemoryLimitBytes > 0 {
+		limit = " (memory limit " + units.FormatBytes(int64(s.MemoryLimitBytes)) + ")"
+	}
+	return "killed: out of memory" + limit + ": the host's OOM killer ended gVisor's kernel, and with it the box (in the gvisor tier the memory limit bounds the whole box)"
+}
+
 // errFilesOnly is why a gvisor box's memory cannot be saved.
-const errFilesOnly = "the gvisor tier keeps files only: its memory state cannot be saved (suspend keeps the files, fork copies them)"
+const errFilesOnly = "the gvisor tier keeps files only: runsc cannot checkpoint a box on the host's network stack (--network=host), which this tier uses, so its memory state cannot be saved (suspend keeps the files, fork copies them)"
 
 // FilesOnly implements sandbox.FilesOnly: runsc boxes keep files only.
 func (r *Runtime) FilesOnly() string {

@@ -405,6 +405,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 		swap:        r.swap,
 		nofile:      r.nofile,
 		agentListen: r.agentListen(),
+		gvisorPids:  r.runsc != nil && r.processArgs == nil,
 	})
 	if err != nil {
 		return nil, err
@@ -1028,6 +1029,12 @@ func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 		PidsLimit:        s.PidsLimit,
 		OOMKills:         s.OOMKills,
 		Time:             time.Now(),
+	}
+	if r.runsc != nil {
+		if n := r.boxPids(id); n > 0 {
+			// The box's own limit, not the host's headroom above it.
+			u.PidsLimit = uint64(n)
+		}
 	}
 	if used, total, err := r.DiskUsage(id); err == nil { // a box on a plain directory has no disk
 		u.DiskBytes, u.DiskLimitBytes = used, total

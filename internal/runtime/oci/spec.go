@@ -115,6 +115,10 @@ type specParams struct {
 	// agentToken, when set, makes the agent read its connection token
 	// from AgentTokenPath in the box: see Runtime.agentToken.
 	agentToken bool
+	// gvisorPids puts the box's pids limit in gVisor's own cgroup (the
+	// agent's --pids-max) and RunscHostPids of it on the host's cgroup:
+	// see RunscConfig.
+	gvisorPids bool
 }
 
 // buildSpec returns the OCI runtime configuration of a sandbox. The bundle's
@@ -135,6 +139,9 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 			args = []string{AgentPath, "agent", "--listen", p.agentListen}
 			if p.agentToken {
 				args = append(args, "--token-file", AgentTokenPath)
+			}
+			if n := s.Resources.Pids; n > 0 && p.gvisorPids {
+				args = append(args, "--pids-max", strconv.FormatInt(n, 10))
 			}
 		} else if s.InitBinary != "" {
 			// corral-init is PID 1 and starts the agent on demand, with
@@ -233,6 +240,9 @@ func buildSpec(p specParams) (*specs.Spec, error) {
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	if n := s.Resources.Pids; n > 0 {
+		if p.gvisorPids {
+			n = RunscHostPids(n)
+		}
 		res.Pids = &specs.LinuxPids{Limit: &n}
 	}
 

@@ -282,6 +282,52 @@ func TestBuildSpecHostNetwork(t *testing.T) {
 	}
 }
 
+// TestBuildSpecGVisorPids: in a gvisor box the pids limit is the agent's
+// (--pids-max, gVisor's own cgroup) and the host's cgroup has headroom
+// above it for gVisor's kernel; crun and runc boxes get the limit on the
+// host's cgroup, and no flag.
+func TestBuildSpecGVisorPids(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		gvisor     bool
+		pids       int64
+		wantHost   int64
+		wantAgentN string
+	}{
+		{"gvisor", true, 40, RunscHostPids(40), "40"},
+		{"gvisor unlimited", true, 0, 0, ""},
+		{"crun", false, 40, 40, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := specParams{id: "x", spec: &sandbox.Spec{AgentBinary: "/bin/true", Resources: sandbox.Resources{Pids: tc.pids}}, cgroupsPath: "/c/x", nofile: 1024}
+			if tc.gvisor {
+				p.agentListen, p.gvisorPids = "tcp://127.0.0.1:49983", true
+			}
+			sp, err := buildSpec(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var host int64
+			if l := sp.Linux.Resources.Pids; l != nil {
+				host = *l.Limit
+			}
+			if host != tc.wantHost {
+				t.Errorf("host pids limit = %d; want %d", host, tc.wantHost)
+			}
+			got := ""
+			if i := slices.Index(sp.Process.Args, "--pids-max"); i >= 0 && i+1 < len(sp.Process.Args) {
+				got = sp.Process.Args[i+1]
+			}
+			if got != tc.wantAgentN {
+				t.Errorf("agent --pids-max = %q in %q; want %q", got, sp.Process.Args, tc.wantAgentN)
+			}
+		})
+	}
+	if h := RunscHostPids(40); h <= 2*40 {
+		t.Errorf("RunscHostPids(40) = %d; want more than 2 host tasks per task of the box (systrap's stubs)", h)
+	}
+}
+
 // TestAgentPathShared keeps the egress proxy's idea of where the agent is
 // mounted (it tells the agent from the commands by that file) equal to
 // the mount.
