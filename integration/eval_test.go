@@ -66,6 +66,13 @@ func TestEvalExample(t *testing.T) {
 				if diff := a.Score - tc.want; diff > 1e-9 || diff < -1e-9 {
 					t.Errorf("%s attempt %d score = %v; want %v; scorers: %+v", tc.agent, a.N, a.Score, tc.want, a.Scorers)
 				}
+				if tc.agent != "nothing" {
+					// The agent's corral exec is in the attempt's trajectory.
+					traj, err := os.ReadFile(filepath.Join(os.Getenv("CORRAL_EVAL_DIR"), run.ID, a.Trajectory))
+					if a.Trajectory == "" || err != nil || !strings.Contains(string(traj), `"type":"exec"`) {
+						t.Errorf("%s attempt %d trajectory %q: %q, %v; want the agent's exec", tc.agent, a.N, a.Trajectory, traj, err)
+					}
+				}
 				changed := a.Diff != nil && a.Diff.FilesChanged > 0
 				if changed != (tc.agent != "nothing") {
 					t.Errorf("%s attempt %d diff = %+v; want changes only from an agent that made some", tc.agent, a.N, a.Diff)

@@ -136,7 +136,7 @@ boxes and snapshots are removed when it ends, also on Ctrl-C.`,
 }
 
 func (a *app) evalShowCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, attempts bool
 	cmd := &cobra.Command{
 		Use:   "show RUN [--json]",
 		Short: "Show the results of an eval run",
@@ -144,9 +144,13 @@ func (a *app) evalShowCmd() *cobra.Command {
 score of its attempts, how many scored 1 and the first thing worth a look
 (a timeout, an agent that was not found, a scorer that hung). RUN is a run
 ID under $CORRAL_EVAL_DIR (default ~/.corral/evals), a run directory or a
-results.json. --json prints everything: every attempt with its scorers'
-output, its agent's exit and its diff.`,
+results.json. --attempts adds a row per attempt with its score, its agent's
+exit, what it changed and the paths of its patch, trajectory (the box's
+audit trail during the agent phase) and agent log. --json prints
+everything: every attempt with its scorers' output, its agent's exit, its
+diff and its files (relative to "dir").`,
 		Example: `  corral eval show 20261126-190156-a1b2c3
+  corral eval show 20261126-190156-a1b2c3 --attempts
   corral eval show ./out --json | jq '.scenarios[].attempts[].score'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -157,10 +161,15 @@ output, its agent's exit and its diff.`,
 			if asJSON {
 				return writeJSON(a.streams.Out, run)
 			}
-			return eval.WriteTable(a.streams.Out, run)
+			if err := eval.WriteTable(a.streams.Out, run); err != nil || !attempts {
+				return err
+			}
+			fmt.Fprintln(a.streams.Out)
+			return eval.WriteAttempts(a.streams.Out, run)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole run as JSON")
+	cmd.Flags().BoolVarP(&attempts, "attempts", "a", false, "also print a row per attempt with the paths of its patch, trajectory and agent log")
 	return cmd
 }
 

@@ -31,6 +31,10 @@ type Run struct {
 	// attempt ended.
 	Interrupted bool             `json:"interrupted,omitempty"`
 	Scenarios   []ScenarioResult `json:"scenarios"`
+
+	// Dir is the run's directory, which the attempts' files (patch,
+	// trajectory, agent log) are relative to; set by LoadRun.
+	Dir string `json:"dir,omitempty"`
 }
 
 // ScenarioResult is every attempt at one scenario.
@@ -55,9 +59,12 @@ type Attempt struct {
 	// Patch the file, in the run's directory, of the patch.
 	Diff  *client.DiffStat `json:"diff,omitempty"`
 	Patch string           `json:"patch,omitempty"`
-	// Trajectory is reserved for the box's recorded trajectory (corral
-	// trajectory ID) once the daemon records one.
+	// Trajectory is the file, in the run's directory, of the box's audit
+	// trail during the agent phase (JSON lines of client.AuditEvent, as
+	// corral trajectory prints them) and Events its number of events;
+	// empty when the daemon records no trail.
 	Trajectory string `json:"trajectory,omitempty"`
+	Events     int    `json:"trajectory_events,omitempty"`
 	// Error is why the attempt could not be scored (its box could not be
 	// made, the run was interrupted); Score is then 0.
 	Error string `json:"error,omitempty"`
@@ -117,6 +124,9 @@ func LoadRun(runsDir, ref string) (*Run, error) {
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("run %s: %s is not a results file: %v: %w", ref, p, err, errdefs.ErrInvalidArgument)
 		}
+		if abs, err := filepath.Abs(filepath.Dir(p)); err == nil {
+			r.Dir = abs
+		}
 		return &r, nil
 	}
 	return nil, fmt.Errorf("run %s not found (a run ID under %s, a run directory or a %s): %w", ref, runsDir, ResultsFile, errdefs.ErrNotFound)
@@ -151,6 +161,45 @@ func WriteTable(w io.Writer, r *Run) error {
 		mean = total / float64(len(r.Scenarios))
 	}
 	fmt.Fprintf(tw, "TOTAL\t\t%.2f\t\t\t\t%s\n", mean, runNote(r))
+	return tw.Flush()
+}
+
+// WriteAttempts prints a row per attempt: its score, how its agent
+// ended, what it changed and the paths of its patch, trajectory and
+// agent log (under the run's directory), so that a failed attempt can be
+// looked at or captured.
+func WriteAttempts(w io.Writer, r *Run) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tN\tSCORE\tAGENT\tCHANGED\tPATCH\tTRAJECTORY\tAGENT LOG")
+	file := func(name string) string {
+		if name == "" {
+			return "-"
+		}
+		if r.Dir == "" {
+			return name
+		}
+		return filepath.Join(r.Dir, name)
+	}
+	for _, s := range r.Scenarios {
+		for _, a := range s.Attempts {
+			agent := a.Agent.Reason
+			if a.Agent.Reason == "exit" {
+				agent = fmt.Sprintf("exit %d", a.Agent.ExitCode)
+			}
+			if a.Error != "" {
+				agent = a.Error
+			}
+			changed := "-"
+			if a.Diff != nil {
+				changed = fmt.Sprintf("%d files +%d -%d", a.Diff.FilesChanged, a.Diff.Insertions, a.Diff.Deletions)
+			}
+			log := ""
+			if a.Agent.Reason != "" {
+				log = fmt.Sprintf("%s.%d.agent.log", s.Name, a.N)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\n", s.Name, a.N, a.Score, cmpStr(agent, "-"), changed, file(a.Patch), file(a.Trajectory), file(log))
+		}
+	}
 	return tw.Flush()
 }
 

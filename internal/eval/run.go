@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -375,9 +376,7 @@ func (r *Runner) Attempt(ctx context.Context, s *Scenario, snap string, n int) A
 		a.Agent.Reason = "box_" + info.State
 	}
 	a.Diff, a.Patch = r.diff(ctx, s, box, n)
-	// HOOK(trajectory): when the daemon records a box's trajectory (the
-	// audit trail, corral trajectory ID), fetch it here into a.Trajectory,
-	// kept with the attempt as the diff is.
+	a.Trajectory, a.Events = r.trajectory(ctx, s, box, n)
 	sb := r.c.Sandbox(box)
 	if _, err := r.c.SetNetwork(ctx, box, *toNetwork(s.Environment.ScoringNetwork)); err != nil {
 		a.Error = fmt.Sprintf("scoring network: %v", err)
@@ -485,4 +484,31 @@ func (r *Runner) diff(ctx context.Context, s *Scenario, box string, n int) (*cli
 		return st, ""
 	}
 	return st, name
+}
+
+// trajectory saves the box's audit trail so far (the agent phase: the
+// scorers have not run yet) as JSON lines in a file of the run's
+// directory, and returns the file's name and its number of events. A
+// daemon that records no trail (audit off) leaves both empty.
+func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int) (string, int) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	events := 0
+	err := r.c.Trajectory(ctx, box, func(ev client.AuditEvent) error {
+		events++
+		return enc.Encode(ev)
+	})
+	if err != nil {
+		log.G(ctx).Debug("eval trajectory", "sandbox", box, "error", err)
+		return "", 0
+	}
+	if events == 0 {
+		return "", 0
+	}
+	name := fmt.Sprintf("%s.%d.trajectory.jsonl", s.Name, n)
+	if err := os.WriteFile(filepath.Join(r.opts.Dir, name), buf.Bytes(), 0o644); err != nil {
+		log.G(ctx).Warn("eval trajectory", "sandbox", box, "error", err)
+		return "", 0
+	}
+	return name, events
 }

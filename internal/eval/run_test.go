@@ -3,9 +3,12 @@ package eval
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -176,5 +179,67 @@ func TestSnapshotName(t *testing.T) {
 			t.Errorf("snapshotName(%q) = %q, as for another name", name, got)
 		}
 		seen[got] = true
+	}
+}
+
+// TestRunTrajectory checks that each attempt saves its box's trajectory
+// in the run's directory, taken after the agent and before the scorers
+// (before the scoring network is set), and that WriteAttempts names it.
+func TestRunTrajectory(t *testing.T) {
+	d := clienttest.New()
+	var mu sync.Mutex
+	var calls []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/trajectory", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, "trajectory")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for i := range 2 {
+			_ = json.NewEncoder(w).Encode(client.AuditEvent{Sandbox: r.PathValue("id"), Seq: uint64(i + 1), Type: "exec"})
+		}
+	})
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, "network")
+		mu.Unlock()
+		d.Handler().ServeHTTP(w, r)
+	})
+	mux.Handle("/", d.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scenario(t, "name: traj\nscorers:\n  - files: [{path: /x}]\n")
+	dir := t.TempDir()
+	run, err := NewRunner(c, "r5", Options{Agent: "true", Dir: dir}).Run(t.Context(), []*Scenario{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := run.Scenarios[0].Attempts[0]
+	if a.Trajectory != "traj.1.trajectory.jsonl" || a.Events != 2 {
+		t.Fatalf("attempt trajectory = %q, %d events; want traj.1.trajectory.jsonl with 2", a.Trajectory, a.Events)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, a.Trajectory))
+	if err != nil || strings.Count(string(data), "\n") != 2 || !strings.Contains(string(data), `"sandbox":"`+a.Sandbox+`"`) {
+		t.Errorf("trajectory file = %q, %v; want 2 events of the attempt's box", data, err)
+	}
+	mu.Lock()
+	if len(calls) != 2 || calls[0] != "trajectory" || calls[1] != "network" {
+		t.Errorf("calls = %v; want the trajectory taken before the scoring network is set", calls)
+	}
+	mu.Unlock()
+	loaded, err := LoadRun("", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := WriteAttempts(&out, loaded); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "traj.1.trajectory.jsonl"); !strings.Contains(out.String(), want) {
+		t.Errorf("WriteAttempts printed\n%s\nwant the trajectory's path %s", out.String(), want)
 	}
 }
