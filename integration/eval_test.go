@@ -35,6 +35,10 @@ func TestEvalExample(t *testing.T) {
 	if want := "answer: initial 0.00, reference 1.00: valid"; !strings.Contains(out, want) {
 		t.Errorf("eval validate printed %q; want %q", out, want)
 	}
+	out = d.must("eval", "validate", "--repeats", "2", suite)
+	if want := "answer: initial 0.00, reference 1.00 (2 repeats): valid"; !strings.Contains(out, want) {
+		t.Errorf("eval validate printed %q; want %q", out, want)
+	}
 	nothingLeft(t, d)
 
 	runs := map[string]string{}
@@ -209,6 +213,81 @@ reference: {patch: fix.patch}
 	out, errOut, err := d.corral("eval", "validate", bad)
 	if exitCode(err) != 1 || !strings.Contains(out, "the reference solution scores 0.00: scorer files-1 gives 0.00") || !strings.Contains(errOut, "1 of 1 scenarios not valid") {
 		t.Errorf("eval validate of a wrong reference = %d, %q, %q; want 1 naming the scorer", exitCode(err), out, errOut)
+	}
+	nothingLeft(t, d)
+}
+
+// TestEvalCapture turns a box that did not end well into a scenario: a
+// box created with --keep-start gets a wrong answer, corral eval capture
+// writes the scenario (its start snapshot, the wrong answer as a
+// counter-example, a stub scorer), which runs as written (score 0), and
+// once the user replaced the stub and added a reference, validates (the
+// counter-example scores below 1, in repeats) and scores a solving agent.
+func TestEvalCapture(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	t.Setenv("PATH", filepath.Dir(corralBin)+":"+os.Getenv("PATH"))
+	t.Setenv("CORRAL_EVAL_DIR", t.TempDir())
+	id := strings.TrimSpace(d.must("create", "--keep-start", "--image", "busybox", "--workdir", "/work"))
+	start := eval.StartSnapshot(id)
+	t.Cleanup(func() { _, _, _ = d.corral("snapshot", "rm", start) })
+	if out := d.must("snapshot", "ls"); !strings.Contains(out, start) {
+		t.Fatalf("create --keep-start: snapshots\n%s\nwant %s", out, start)
+	}
+	// The "agent" gets it wrong.
+	d.must("exec", id, "--", "sh", "-c", "mkdir -p /work && echo 41 > /work/answer.txt")
+	dir := filepath.Join(t.TempDir(), "case")
+	d.must("eval", "capture", id, "-o", dir, "--name", "wrong-answer", "--problem", "Write 42 on a line of its own to /work/answer.txt.")
+	d.must("rm", "-f", id)
+	patch, err := os.ReadFile(filepath.Join(dir, eval.CaptureCounterexample))
+	if err != nil || !strings.Contains(string(patch), "+41") {
+		t.Fatalf("counterexample.patch = %q, %v; want the wrong answer", patch, err)
+	}
+	if traj, err := os.ReadFile(filepath.Join(dir, eval.CaptureTrajectory)); err != nil || !strings.Contains(string(traj), "echo 41") {
+		t.Errorf("trajectory.jsonl = %q, %v; want the box's exec", traj, err)
+	}
+
+	// As written: the stub scores 0.
+	var run eval.Run
+	if err := json.Unmarshal([]byte(d.must("eval", "run", dir, "--agent", "true", "--json")), &run); err != nil {
+		t.Fatal(err)
+	}
+	if sr := run.Scenarios[0]; sr.Error != "" || sr.Attempts[0].Error != "" || sr.Attempts[0].Score != 0 || sr.Attempts[0].Scorers[0].Name != "edit-me" {
+		t.Fatalf("run of the captured scenario = %+v; want one attempt scored 0 by the stub", sr)
+	}
+	nothingLeft(t, d)
+
+	// The user replaces the stub and adds a reference.
+	file := filepath.Join(dir, "wrong-answer.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	i := strings.Index(s, "  - name: edit-me")
+	j := strings.Index(s, "counterexamples:")
+	if i < 0 || j < i {
+		t.Fatalf("captured scenario has no stub before its counterexamples:\n%s", s)
+	}
+	s = s[:i] + "  - name: answer\n    files: [{path: /work/answer.txt, matches: '^42$'}]\nreference:\n  commands: [\"echo 42 > /work/answer.txt\"]\n" + s[j:]
+	if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := d.must("eval", "validate", "--repeats", "2", dir); !strings.Contains(out, "wrong-answer: initial 0.00, reference 1.00, counter-example 1 0.00 (2 repeats): valid") {
+		t.Errorf("eval validate of the edited capture printed %q; want valid with the counter-example at 0", out)
+	}
+	agent := filepath.Join(t.TempDir(), "solve.sh")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\ncorral exec \"$CORRAL_SANDBOX_ID\" -- sh -c 'echo 42 > /work/answer.txt'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run = eval.Run{}
+	if err := json.Unmarshal([]byte(d.must("eval", "run", dir, "--agent", agent, "--json")), &run); err != nil {
+		t.Fatal(err)
+	}
+	if a := run.Scenarios[0].Attempts[0]; a.Score != 1 {
+		t.Errorf("solving attempt = %+v; want score 1", a)
 	}
 	nothingLeft(t, d)
 }

@@ -45,7 +45,7 @@ directory per run: results.json, each attempt's patch and agent log.`,
   corral eval show RUN
   corral eval diff RUN_A RUN_B`,
 	}
-	cmd.AddCommand(a.evalRunCmd(), a.evalShowCmd(), a.evalDiffCmd(), a.evalValidateCmd())
+	cmd.AddCommand(a.evalRunCmd(), a.evalShowCmd(), a.evalDiffCmd(), a.evalValidateCmd(), a.evalCaptureCmd())
 	return cmd
 }
 
@@ -204,19 +204,30 @@ removed (only in A), then a count of each.`,
 }
 
 func (a *app) evalValidateCmd() *cobra.Command {
-	var asJSON, parseOnly bool
+	var (
+		asJSON, parseOnly bool
+		repeats           int
+	)
 	cmd := &cobra.Command{
 		Use:   "validate SCENARIO... [--parse-only]",
 		Short: "Check that a scenario's reference passes and its initial state fails",
 		Long: `Check scenarios: the file against the format (errors name the line and the
 field), then, unless --parse-only, end to end: the untouched prepared
 state must score below 1 and the reference solution, applied to it, must
-score 1. A scenario argument may be a suite directory. Exits 1 when a
-scenario is not valid; its boxes and snapshots are removed.`,
+score 1; each of its counterexamples (failed attempts' patches), applied
+to it, must score below 1. --repeats N scores the initial state and the
+reference N times each, each in a new box, and flags a scorer whose score
+changes between repeats as flaky. A scenario argument may be a suite
+directory. Exits 1 when a scenario is not valid; its boxes and snapshots
+are removed.`,
 		Example: `  corral eval validate docs/examples/eval/answer.yaml
+  corral eval validate --repeats 5 docs/examples/eval
   corral eval validate --parse-only ./suite`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if repeats < 1 || repeats > 100 {
+				return fmt.Errorf("--repeats %d: want 1 to 100: %w", repeats, errdefs.ErrInvalidArgument)
+			}
 			var scenarios []*eval.Scenario
 			for _, arg := range args {
 				s, err := eval.LoadSuite(arg)
@@ -240,7 +251,7 @@ scenario is not valid; its boxes and snapshots are removed.`,
 			bad := 0
 			for _, s := range scenarios {
 				r := eval.NewRunner(c, eval.NewRunID(), eval.Options{Host: a.host})
-				v, err := r.Validate(ctx, s)
+				v, err := r.Validate(ctx, s, eval.ValidateOptions{Repeats: repeats})
 				if err != nil {
 					return fmt.Errorf("%s: %w", s.Name, err)
 				}
@@ -253,7 +264,14 @@ scenario is not valid; its boxes and snapshots are removed.`,
 					if len(v.Problems) > 0 {
 						verdict = "NOT VALID"
 					}
-					fmt.Fprintf(a.streams.Out, "%s: initial %.2f, reference %.2f: %s\n", s.Name, v.Initial, v.Reference, verdict)
+					extra := ""
+					for i, ce := range v.Counterexamples {
+						extra += fmt.Sprintf(", counter-example %d %.2f", i+1, ce)
+					}
+					if v.Repeats > 1 {
+						extra += fmt.Sprintf(" (%d repeats)", v.Repeats)
+					}
+					fmt.Fprintf(a.streams.Out, "%s: initial %.2f, reference %.2f%s: %s\n", s.Name, v.Initial, v.Reference, extra, verdict)
 					for _, p := range v.Problems {
 						fmt.Fprintf(a.streams.Out, "  %s\n", p)
 					}
@@ -272,5 +290,75 @@ scenario is not valid; its boxes and snapshots are removed.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the validations as JSON")
 	cmd.Flags().BoolVar(&parseOnly, "parse-only", false, "only check the files against the format")
+	cmd.Flags().IntVar(&repeats, "repeats", 1, "score the initial state and the reference this many times each; a scorer whose score changes is flaky")
+	return cmd
+}
+
+func (a *app) evalCaptureCmd() *cobra.Command {
+	var (
+		o           eval.CaptureOptions
+		problemFile string
+		asJSON      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "capture BOX [-o DIR] [--problem TEXT|--problem-file FILE]",
+		Short: "Turn a box that did not end well into an eval scenario",
+		Long: `Write a scenario directory from a box whose start state was kept (created
+with "corral create --keep-start", or snapshotted before its agent started
+and named with --start): the scenario starts from that snapshot with the
+box's tier, workdir, environment, limits and network policy; what the box
+changed since (under --dir, default its workdir) is recorded as a
+counter-example (counterexample.patch, which corral eval validate checks
+scores below 1) with the box's trajectory (trajectory.jsonl).
+
+The problem statement comes from --problem or --problem-file, else it is a
+placeholder marked EDIT ME. The scorer is a stub, named edit-me and marked
+EDIT ME, that fails every attempt: replace it with checks of a solved task
+and add a reference solution. The scenario runs as it is written
+(corral eval run DIR). DIR (default ./NAME) must not exist or be empty.`,
+		Example: `  id=$(corral create --keep-start --image python --workdir /src)
+  ...   # the agent works on the box
+  corral eval capture "$id" -o cases/flaky-import --problem-file task.md
+  corral eval run cases/flaky-import --agent ./agent.sh`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Box = args[0]
+			if problemFile != "" {
+				if o.Problem != "" {
+					return fmt.Errorf("--problem and --problem-file: give one of them: %w", errdefs.ErrInvalidArgument)
+				}
+				data, err := os.ReadFile(problemFile)
+				if err != nil {
+					return fmt.Errorf("--problem-file: %w", err)
+				}
+				o.Problem = string(data)
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			got, err := eval.Capture(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.streams.Out, got)
+			}
+			changed := 0
+			if got.Diff != nil {
+				changed = got.Diff.FilesChanged
+			}
+			fmt.Fprintf(a.streams.Out, "%s: scenario %s from snapshot %s, counter-example of %d changed files, %d trajectory events\n", got.File, got.Name, got.Start, changed, got.Events)
+			fmt.Fprintf(a.streams.Err, "edit the scorer marked EDIT ME in %s, then: corral eval validate %s\n", got.File, got.Dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&o.Out, "out", "o", "", "the scenario's directory (default ./NAME)")
+	cmd.Flags().StringVar(&o.Name, "name", "", "the scenario's name (default: the box's name, else capture-ID)")
+	cmd.Flags().StringVar(&o.Problem, "problem", "", "the problem statement the agent was given")
+	cmd.Flags().StringVar(&problemFile, "problem-file", "", "read the problem statement from this file")
+	cmd.Flags().StringVar(&o.Start, "start", "", "the snapshot of the box's start state (default start-ID, made by create --keep-start)")
+	cmd.Flags().StringVar(&o.Dir, "dir", "", "the box directory whose changes are the counter-example (default: its workdir, else /)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was written as JSON")
 	return cmd
 }

@@ -51,6 +51,9 @@ type Scenario struct {
 	Timeouts  Timeouts   `yaml:"timeouts"`
 	Scorers   []Scorer   `yaml:"scorers"`
 	Reference *Reference `yaml:"reference"`
+	// Counterexamples are known failed attempts (corral eval capture
+	// records the captured box's); validate checks that none scores 1.
+	Counterexamples []Counterexample `yaml:"counterexamples"`
 
 	// File is the scenario's path and Dir its directory (test files and
 	// patches are relative to it); set by Load.
@@ -142,6 +145,16 @@ type Reference struct {
 	Patch    string   `yaml:"patch"`
 	Dir      string   `yaml:"dir"`
 	Commands []string `yaml:"commands"`
+}
+
+// Counterexample is a failed attempt: the patch of what it changed
+// (relative to the scenario's directory, applied as a reference patch is)
+// and, for people, its trajectory and a note.
+type Counterexample struct {
+	Patch      string `yaml:"patch"`
+	Dir        string `yaml:"dir,omitempty"`
+	Trajectory string `yaml:"trajectory,omitempty"`
+	Note       string `yaml:"note,omitempty"`
 }
 
 // Kind names the scorer's kind: command, tests, script or files.
@@ -270,6 +283,10 @@ func (s *Scenario) checkFiles() error {
 	}
 	if s.Reference != nil {
 		check("reference.patch", s.Reference.Patch)
+	}
+	for i, ce := range s.Counterexamples {
+		check(fmt.Sprintf("counterexamples[%d].patch", i), ce.Patch)
+		check(fmt.Sprintf("counterexamples[%d].trajectory", i), ce.Trajectory)
 	}
 	return errors.Join(errs...)
 }
@@ -451,6 +468,15 @@ func (d *decoder) check(s *Scenario) {
 		}
 		if r.Dir != "" && !strings.HasPrefix(r.Dir, "/") {
 			d.errorf("reference.dir", "%q is not an absolute path", r.Dir)
+		}
+	}
+	for i, ce := range s.Counterexamples {
+		p := fmt.Sprintf("counterexamples[%d]", i)
+		if ce.Patch == "" {
+			d.errorf(p+".patch", "is required: the failed attempt's patch, relative to the scenario")
+		}
+		if ce.Dir != "" && !strings.HasPrefix(ce.Dir, "/") {
+			d.errorf(p+".dir", "%q is not an absolute path", ce.Dir)
 		}
 	}
 }
