@@ -291,3 +291,63 @@ func TestEvalCapture(t *testing.T) {
 	}
 	nothingLeft(t, d)
 }
+
+// TestEvalExportHarbor exports the example scenario as a Harbor task and
+// runs it the way Harbor does, in a busybox box: the Dockerfile's WORKDIR
+// and RUN lines, then tests/ in /tests and tests/test.sh, which must write
+// reward 0 for the untouched state, 1 after solution/solve.sh and 0.2
+// after what the break agent does, as corral eval scores them.
+func TestEvalExportHarbor(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	task := filepath.Join(t.TempDir(), "answer")
+	d.must("eval", "export", "--harbor", task, "../docs/examples/eval/answer.yaml")
+	for _, f := range []string{"task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"} {
+		if _, err := os.Stat(filepath.Join(task, f)); err != nil {
+			t.Errorf("Harbor task lacks %s: %v", f, err)
+		}
+	}
+	df, err := os.ReadFile(filepath.Join(task, "environment/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"untouched", "solve", "break"} {
+		var image, workdir string
+		var runs [][]string
+		for _, line := range strings.Split(string(df), "\n") {
+			switch k, v, _ := strings.Cut(line, " "); k {
+			case "FROM":
+				image = v
+			case "WORKDIR":
+				workdir = v
+			case "RUN":
+				var argv []string
+				if err := json.Unmarshal([]byte(v), &argv); err != nil {
+					t.Fatalf("Dockerfile RUN %s: %v", v, err)
+				}
+				runs = append(runs, argv)
+			}
+		}
+		id := strings.TrimSpace(d.must("create", "--image", image))
+		d.must("exec", id, "--", "mkdir", "-p", workdir)
+		for _, argv := range runs {
+			d.must(append([]string{"exec", "-w", workdir, id, "--"}, argv...)...)
+		}
+		d.must("cp", filepath.Join(task, "tests"), id+":/tests")
+		switch mode {
+		case "solve":
+			d.must("cp", filepath.Join(task, "solution"), id+":/solution")
+			d.must("exec", id, "--", "sh", "/solution/solve.sh")
+		case "break": // as docs/examples/eval/agents/break.sh
+			d.must("exec", id, "--", "sh", "-c", "echo 41 > /work/answer.txt && rm /work/notes.txt")
+		}
+		d.must("exec", id, "--", "sh", "/tests/test.sh")
+		reward := strings.TrimSpace(d.must("exec", id, "--", "cat", "/logs/verifier/reward.txt"))
+		if want := map[string]string{"untouched": "0", "solve": "1", "break": "0.2"}[mode]; reward != want {
+			t.Errorf("reward of the %s state = %q; want %s", mode, reward, want)
+		}
+		d.must("rm", "-f", id)
+	}
+}

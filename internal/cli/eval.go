@@ -45,7 +45,7 @@ directory per run: results.json, each attempt's patch and agent log.`,
   corral eval show RUN
   corral eval diff RUN_A RUN_B`,
 	}
-	cmd.AddCommand(a.evalRunCmd(), a.evalShowCmd(), a.evalDiffCmd(), a.evalValidateCmd(), a.evalCaptureCmd())
+	cmd.AddCommand(a.evalRunCmd(), a.evalShowCmd(), a.evalDiffCmd(), a.evalValidateCmd(), a.evalCaptureCmd(), a.evalExportCmd())
 	return cmd
 }
 
@@ -360,5 +360,58 @@ and add a reference solution. The scenario runs as it is written
 	cmd.Flags().StringVar(&o.Start, "start", "", "the snapshot of the box's start state (default start-ID, made by create --keep-start)")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "the box directory whose changes are the counter-example (default: its workdir, else /)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was written as JSON")
+	return cmd
+}
+
+func (a *app) evalExportCmd() *cobra.Command {
+	var (
+		harbor string
+		o      eval.HarborOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "export --harbor DIR SCENARIO [--image REF]",
+		Short: "Export a scenario as a Harbor task directory",
+		Long: `Write a scenario as a Harbor task (the harness Terminal-Bench 2.0 runs on),
+so that it runs where others run their agents: task.toml (timeouts,
+limits, allow_internet), instruction.md (the problem), environment/Dockerfile
+(FROM the image, its env, workdir and setup commands as RUN lines),
+tests/test.sh (the scorers, run as corral eval runs them, writing their
+weighted mean to /logs/verifier/reward.txt, with their test files and
+scripts) and, with a reference, solution/solve.sh.
+
+SCENARIO is a scenario file, or a suite directory: then DIR gets a task
+directory per scenario (DIR/NAME). DIR must not exist or be empty. A
+scenario from a snapshot or a spec needs --image: a Docker image with the
+same start state, pushed to a registry.`,
+		Example: `  corral eval export --harbor /tmp/harbor-answer docs/examples/eval/answer.yaml
+  corral eval export --harbor ./tasks ./suite`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if harbor == "" {
+				return fmt.Errorf("--harbor DIR: the task directory to write is required: %w", errdefs.ErrInvalidArgument)
+			}
+			scenarios, err := eval.LoadSuite(args[0])
+			if err != nil {
+				return err
+			}
+			for _, s := range scenarios {
+				dir := harbor
+				if len(scenarios) > 1 {
+					if err := os.MkdirAll(harbor, 0o755); err != nil {
+						return err
+					}
+					dir = filepath.Join(harbor, s.Name)
+				}
+				files, err := eval.ExportHarbor(s, dir, o)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.streams.Out, "%s: %d files in %s\n", s.Name, len(files), dir)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&harbor, "harbor", "", "write a Harbor task directory here")
+	cmd.Flags().StringVar(&o.Image, "image", "", "the image the task's Dockerfile starts FROM (default: the scenario's environment.image)")
 	return cmd
 }
