@@ -369,7 +369,7 @@ func (a *app) evalExportCmd() *cobra.Command {
 		o      eval.HarborOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "export --harbor DIR SCENARIO [--image REF]",
+		Use:   "export SCENARIO --harbor DIR [--image REF]",
 		Short: "Export a scenario as a Harbor task directory",
 		Long: `Write a scenario as a Harbor task (the harness Terminal-Bench 2.0 runs on),
 so that it runs where others run their agents: task.toml (timeouts,
