@@ -351,3 +351,57 @@ func TestEvalExportHarbor(t *testing.T) {
 		d.must("rm", "-f", id)
 	}
 }
+
+// TestEvalAgentInBox runs a scenario whose agent runs inside the box: the
+// agent, installed once by agent.install (it exists only in the box, so
+// the host's check of --agent must not look for it), gets the problem on
+// its stdin and its secret as the placeholder, never the value.
+func TestEvalAgentInBox(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	t.Setenv("CORRAL_EVAL_DIR", t.TempDir())
+	const value = "s3cret-value-never-in-the-box"
+	if out, errOut, err := d.corralIn([]byte(value), "secret", "set", "EVAL_TOKEN"); err != nil {
+		t.Fatalf("secret set: %v %s %s", err, out, errOut)
+	}
+	scenario := filepath.Join(t.TempDir(), "inbox.yaml")
+	if err := os.WriteFile(scenario, []byte(`name: inbox
+environment: {image: busybox, workdir: /work}
+setup: ["mkdir -p /work"]
+agent:
+  wiring: box
+  install:
+    - mkdir -p /opt/agent && printf '#!/bin/sh\ncat > problem.txt\necho "$EVAL_TOKEN" > token.txt\nenv > env.txt\n' > /opt/agent/run && chmod +x /opt/agent/run
+  secrets: [EVAL_TOKEN=api.example.org]
+problem: fix the frobnicator
+scorers:
+  - name: problem-on-stdin
+    files: [{path: /work/problem.txt, contains: fix the frobnicator}]
+  - name: placeholder
+    files: [{path: /work/token.txt, matches: '^corral-secret-[0-9a-f]+$'}]
+  - name: no-value
+    command: "! grep -rq `+value+` /work"
+  - name: env
+    files: [{path: /work/env.txt, contains: CORRAL_EVAL_SCENARIO=inbox}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var run eval.Run
+	out := d.must("eval", "run", scenario, "--agent", "/opt/agent/run", "--json")
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatalf("eval run --json printed %q: %v", out, err)
+	}
+	sr := run.Scenarios[0]
+	if sr.Error != "" || len(sr.Attempts) != 1 {
+		t.Fatalf("scenario = %+v; want one attempt", sr)
+	}
+	if a := sr.Attempts[0]; a.Score != 1 || a.Agent.Reason != "exit" || a.Agent.ExitCode != 0 {
+		t.Errorf("attempt = %+v; want score 1 from an agent that ran in the box", a)
+	}
+	if strings.Contains(out, value) {
+		t.Error("the results hold the secret's value")
+	}
+	nothingLeft(t, d)
+}

@@ -69,7 +69,11 @@ wiring): it drives the box through the CLI, the SDK or MCP. Its
 environment has CORRAL_SANDBOX_ID (the box), CORRAL_HOST (the daemon),
 CORRAL_EVAL_PROBLEM (the problem statement, also on its stdin),
 CORRAL_EVAL_SCENARIO, CORRAL_EVAL_ATTEMPT, CORRAL_EVAL_WORKDIR and
-CORRAL_EVAL_RUN. It is killed at the scenario's agent timeout.
+CORRAL_EVAL_RUN. It is killed at the scenario's agent timeout. A scenario
+with agent.wiring box runs the command inside the box instead (sh -c in
+its workdir, after agent.install ran once in the prepared state), with the
+same variables but CORRAL_HOST; its agent.secrets are placeholders the
+egress proxy replaces, never values readable in the box.
 
 After the agent, the attempt's diff is recorded, the box gets the scoring
 network policy and the scorers run; a scorer that hangs is killed at its
@@ -85,11 +89,11 @@ boxes and snapshots are removed when it ends, also on Ctrl-C.`,
 			if concurrency < 1 || concurrency > 64 {
 				return fmt.Errorf("--concurrency %d: want 1 to 64: %w", concurrency, errdefs.ErrInvalidArgument)
 			}
-			if err := eval.CheckAgent(agent); err != nil {
-				return err
-			}
 			scenarios, err := eval.LoadSuite(args[0])
 			if err != nil {
+				return err
+			}
+			if err := eval.CheckAgentFor(agent, scenarios); err != nil {
 				return err
 			}
 			c, err := a.client()

@@ -194,6 +194,7 @@ type capturedScenario struct {
 	Name            string           `yaml:"name"`
 	Description     string           `yaml:"description"`
 	Environment     capturedEnv      `yaml:"environment"`
+	Agent           *capturedAgent   `yaml:"agent,omitempty"`
 	Problem         string           `yaml:"problem"`
 	Scorers         []capturedScorer `yaml:"scorers"`
 	Counterexamples []Counterexample `yaml:"counterexamples,omitempty"`
@@ -218,6 +219,10 @@ type capturedLimits struct {
 type capturedNetwork struct {
 	Mode  string   `yaml:"mode"`
 	Allow []string `yaml:"allow,omitempty"`
+}
+
+type capturedAgent struct {
+	Secrets []string `yaml:"secrets"`
 }
 
 type capturedScorer struct {
@@ -246,6 +251,16 @@ func captureDoc(info *client.SandboxInfo, name, start, dir, problem string, patc
 			Name:    captureStub,
 			Command: "echo 'EDIT ME: replace the edit-me scorer of " + name + ".yaml with a check of a solved task' >&2; exit 1",
 		}},
+	}
+	if len(info.Secrets) > 0 {
+		cs.Agent = &capturedAgent{}
+		for _, sb := range info.Secrets {
+			v := sb.Name
+			if len(sb.Hosts) > 0 {
+				v += "=" + strings.Join(sb.Hosts, ",")
+			}
+			cs.Agent.Secrets = append(cs.Agent.Secrets, v)
+		}
 	}
 	r := info.Resources
 	if r.CPUs > 0 || r.MemoryBytes > 0 || r.DiskBytes > 0 || r.Pids > 0 {

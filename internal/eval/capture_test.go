@@ -67,8 +67,12 @@ func TestCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
+	if err := c.SetSecret(ctx, "API_KEY", []byte("value")); err != nil {
+		t.Fatal(err)
+	}
 	info, err := c.CreateSandbox(ctx, client.CreateOptions{Image: "busybox", Workdir: "/work", Env: map[string]string{"MODE": "x"},
-		Resources: rest.Resources{MemoryBytes: 256 << 20}, Network: &client.Network{Mode: "allowlist", Allow: []string{"example.org"}}})
+		Resources: rest.Resources{MemoryBytes: 256 << 20}, Network: &client.Network{Mode: "allowlist", Allow: []string{"example.org"}},
+		Secrets: []client.SecretBinding{{Name: "API_KEY", Hosts: []string{"api.example.org"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +116,9 @@ func TestCapture(t *testing.T) {
 	if e.Snapshot != "start-"+info.ID || e.Workdir != "/work" || e.Env["MODE"] != "x" || e.Limits.Memory != "268435456" ||
 		e.Network == nil || e.Network.Mode != "allowlist" || e.Network.Allow[0] != "example.org" {
 		t.Errorf("environment = %+v; want the box's settings from its start snapshot", e)
+	}
+	if len(s.Agent.Secrets) != 1 || s.Agent.Secrets[0] != "API_KEY=api.example.org" {
+		t.Errorf("agent.secrets = %v; want the box's binding", s.Agent.Secrets)
 	}
 	if !strings.Contains(s.Problem, "EDIT ME") || len(s.Scorers) != 1 || s.Scorers[0].Name != "edit-me" || !strings.Contains(s.Scorers[0].Command, "EDIT ME") {
 		t.Errorf("problem %q, scorers %+v; want a placeholder and the marked stub", s.Problem, s.Scorers)

@@ -95,12 +95,27 @@ func CheckAgent(agent string) error {
 	return nil
 }
 
+// CheckAgentFor checks the agent command line for the scenarios: it must
+// not be empty, and its program must exist on this host when a scenario
+// runs it here (host wiring); inside a box, its shell is the judge.
+func CheckAgentFor(agent string, scenarios []*Scenario) error {
+	for _, s := range scenarios {
+		if !s.InBox() {
+			return CheckAgent(agent)
+		}
+	}
+	if strings.TrimSpace(agent) == "" {
+		return fmt.Errorf("--agent: the agent's command is required: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Run runs every scenario's attempts and returns the results; the
 // results so far are saved in the run's directory after every attempt.
 // Every box and snapshot the run made is removed before Run returns, also
 // when ctx is cancelled (then Interrupted is set).
 func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
-	if err := CheckAgent(r.opts.Agent); err != nil {
+	if err := CheckAgentFor(r.opts.Agent, scenarios); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(r.opts.Dir, 0o755); err != nil {
@@ -192,14 +207,20 @@ func (r *Runner) Prepare(ctx context.Context, s *Scenario) (string, error) {
 	}
 	defer r.remove(box)
 	sb := r.c.Sandbox(box)
-	for i, cmd := range s.Setup {
-		var out tailBuffer
-		res, err := sb.Exec(ctx, client.ExecOptions{Cmd: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out})
-		if err != nil {
-			return "", fmt.Errorf("setup[%d]: %w", i, err)
-		}
-		if res.ExitCode != 0 {
-			return "", fmt.Errorf("setup[%d] %q exited %d: %s", i, cmd, res.ExitCode, strings.TrimSpace(out.String()))
+	steps := []struct {
+		field string
+		cmds  []string
+	}{{"setup", s.Setup}, {"agent.install", s.Agent.Install}}
+	for _, st := range steps {
+		for i, cmd := range st.cmds {
+			var out tailBuffer
+			res, err := sb.Exec(ctx, client.ExecOptions{Cmd: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out})
+			if err != nil {
+				return "", fmt.Errorf("%s[%d]: %w", st.field, i, err)
+			}
+			if res.ExitCode != 0 {
+				return "", fmt.Errorf("%s[%d] %q exited %d: %s", st.field, i, cmd, res.ExitCode, strings.TrimSpace(out.String()))
+			}
 		}
 	}
 	name := snapshotName(r.id, s.Name)
@@ -399,6 +420,7 @@ func (r *Runner) createOptionsFromSnapshot(s *Scenario, snap string, n int) (cli
 		Snapshot: snap, Tier: e.Tier, Workdir: e.Workdir, Env: e.Env,
 		Labels:  map[string]string{LabelRun: r.id, "corral.eval.scenario": s.Name, "corral.eval.attempt": strconv.Itoa(n)},
 		Network: toNetwork(e.Network),
+		Secrets: s.Agent.secretBindings(),
 	}
 	o.Resources.CPUs, o.Resources.Pids = e.Limits.CPUs, e.Limits.Pids
 	o.Resources.MemoryBytes, _ = client.ParseBytes(cmpStr(e.Limits.Memory, "0"))
@@ -406,30 +428,87 @@ func (r *Runner) createOptionsFromSnapshot(s *Scenario, snap string, n int) (cli
 	return o, nil
 }
 
+// agentEnv is the environment the agent gets besides its host's or box's.
+func (r *Runner) agentEnv(s *Scenario, box string, n int) map[string]string {
+	env := map[string]string{
+		"CORRAL_SANDBOX_ID":    box,
+		"CORRAL_EVAL_RUN":      r.id,
+		"CORRAL_EVAL_SCENARIO": s.Name,
+		"CORRAL_EVAL_ATTEMPT":  strconv.Itoa(n),
+		"CORRAL_EVAL_WORKDIR":  s.Environment.Workdir,
+		"CORRAL_EVAL_PROBLEM":  s.Problem,
+	}
+	if !s.InBox() {
+		env["CORRAL_HOST"] = r.opts.Host
+	}
+	return env
+}
+
+// problemInput is the agent's stdin: the problem, ending in a newline for
+// an agent that reads a line.
+func problemInput(s *Scenario) string {
+	if !strings.HasSuffix(s.Problem, "\n") {
+		return s.Problem + "\n"
+	}
+	return s.Problem
+}
+
+// runAgentInBox runs the agent command inside the box (agent-in-the-box
+// wiring): sh -c in the workdir, the problem on its stdin, killed at the
+// scenario's agent timeout. Its secrets are the box's placeholders.
+func (r *Runner) runAgentInBox(ctx context.Context, s *Scenario, box string, n int) AgentResult {
+	res := AgentResult{ExitCode: -1}
+	start := time.Now()
+	defer func() { res.Duration = time.Since(start) }()
+	logf, err := os.Create(filepath.Join(r.opts.Dir, fmt.Sprintf("%s.%d.agent.log", s.Name, n)))
+	if err != nil {
+		res.Reason, res.Output = "error", err.Error()
+		return res
+	}
+	defer logf.Close()
+	var out tailBuffer
+	w := io.MultiWriter(&out, logf)
+	er, err := r.c.Sandbox(box).Exec(ctx, client.ExecOptions{
+		Cmd: []string{"sh", "-c", r.opts.Agent}, Env: r.agentEnv(s, box, n), Cwd: s.Environment.Workdir,
+		Stdin: strings.NewReader(problemInput(s)), Stdout: w, Stderr: w, Timeout: s.AgentTimeout(),
+	})
+	res.Output = out.String()
+	switch {
+	case ctx.Err() != nil:
+		res.Reason = "interrupted"
+	case err != nil:
+		res.Reason, res.Output = "error", err.Error()
+	case er.TimedOut:
+		res.Reason = "timeout"
+	case er.OOMKilled:
+		res.ExitCode, res.Reason = er.ExitCode, "oom"
+	default:
+		res.ExitCode, res.Reason = er.ExitCode, "exit"
+		if res.ExitCode == 127 {
+			res.Reason = "not_found"
+		}
+	}
+	return res
+}
+
 // runAgent runs the agent command on the host with the box's ID, the
 // daemon's address and the problem in its environment and the problem on
 // its stdin, killing its process group at the scenario's agent timeout.
 func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) AgentResult {
+	if s.InBox() {
+		return r.runAgentInBox(ctx, s, box, n)
+	}
 	res := AgentResult{ExitCode: -1}
 	start := time.Now()
 	defer func() { res.Duration = time.Since(start) }()
 	actx, cancel := context.WithTimeout(ctx, s.AgentTimeout())
 	defer cancel()
 	cmd := exec.CommandContext(actx, "sh", "-c", r.opts.Agent)
-	cmd.Env = append(os.Environ(),
-		"CORRAL_SANDBOX_ID="+box,
-		"CORRAL_HOST="+r.opts.Host,
-		"CORRAL_EVAL_RUN="+r.id,
-		"CORRAL_EVAL_SCENARIO="+s.Name,
-		"CORRAL_EVAL_ATTEMPT="+strconv.Itoa(n),
-		"CORRAL_EVAL_WORKDIR="+s.Environment.Workdir,
-		"CORRAL_EVAL_PROBLEM="+s.Problem,
-	)
-	stdin := s.Problem
-	if !strings.HasSuffix(stdin, "\n") {
-		stdin += "\n" // a line, for an agent that reads one
+	cmd.Env = os.Environ()
+	for k, v := range r.agentEnv(s, box, n) {
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdin = strings.NewReader(problemInput(s))
 	var out tailBuffer
 	logf, err := os.Create(filepath.Join(r.opts.Dir, fmt.Sprintf("%s.%d.agent.log", s.Name, n)))
 	if err != nil {
