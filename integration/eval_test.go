@@ -405,3 +405,53 @@ scorers:
 	}
 	nothingLeft(t, d)
 }
+
+// TestEvalWarmPool runs 3 attempts one at a time: the run keeps a warm
+// pool of the prepared snapshot for the later ones, so the second and
+// third attempts get their box handed out of it (each agent waits, while
+// the pool exists, until a box is ready in it: an event, not a time),
+// every attempt records its overhead, and the pool is gone at the end.
+func TestEvalWarmPool(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	t.Setenv("PATH", filepath.Dir(corralBin)+":"+os.Getenv("PATH"))
+	t.Setenv("CORRAL_EVAL_DIR", t.TempDir())
+	agent := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(agent, []byte(`#!/bin/sh
+cat > /dev/null
+i=0
+while corral pool ls --json | grep -q '"image": *"eval-' && ! corral pool ls --json | grep -Eq '"ready": *[1-9]'; do
+	i=$((i + 1)); [ $i -lt 1200 ] || exit 3
+	sleep 0.1
+done
+corral exec "$CORRAL_SANDBOX_ID" -- sh -c 'echo 42 > /work/answer.txt'
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var run eval.Run
+	out := d.must("eval", "run", "../docs/examples/eval", "--agent", agent, "--attempts", "3", "--concurrency", "1", "--json")
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatalf("eval run --json printed %q: %v", out, err)
+	}
+	pooled := 0
+	for _, a := range run.Scenarios[0].Attempts {
+		if a.Error != "" || a.Agent.ExitCode != 0 || a.Score != 1 {
+			t.Errorf("attempt %d = error %q, agent %+v, score %v; want 1", a.N, a.Error, a.Agent, a.Score)
+		}
+		if a.Overhead <= 0 || a.Overhead >= a.Duration {
+			t.Errorf("attempt %d overhead %v of %v; want a part of its duration", a.N, a.Overhead, a.Duration)
+		}
+		if a.Pooled {
+			pooled++
+		}
+	}
+	if pooled < 2 {
+		t.Errorf("%d attempts got a box from the warm pool; want the 2 after the first", pooled)
+	}
+	if out := d.must("pool", "ls", "--json"); strings.Contains(out, "eval-") {
+		t.Errorf("pool left behind: %s", out)
+	}
+	nothingLeft(t, d)
+}

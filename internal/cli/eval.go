@@ -54,7 +54,7 @@ func (a *app) evalRunCmd() *cobra.Command {
 		agent                 string
 		attempts, concurrency int
 		out                   string
-		asJSON                bool
+		asJSON, noPool        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run SUITE_DIR|FILE --agent CMD [--attempts N] [--concurrency C]",
@@ -62,7 +62,9 @@ func (a *app) evalRunCmd() *cobra.Command {
 		Long: `Run the agent on every scenario of a suite: a scenario file, or a directory
 of them (*.yaml). Each scenario's environment is made once (its image,
 spec or snapshot, then its setup commands) and snapshotted; each attempt
-starts a box from that snapshot.
+starts a box from that snapshot; when there are more attempts than
+--concurrency, a warm pool of the snapshot hands the later ones a box
+made while the earlier ones ran (--no-pool: none).
 
 The agent is a command line run with sh -c on this host (tool-backend
 wiring): it drives the box through the CLI, the SDK or MCP. Its
@@ -78,7 +80,8 @@ egress proxy replaces, never values readable in the box.
 After the agent, the attempt's diff is recorded, the box gets the scoring
 network policy and the scorers run; a scorer that hangs is killed at its
 timeout and scores 0. The run prints its ID and the results table; its
-boxes and snapshots are removed when it ends, also on Ctrl-C.`,
+boxes, pools and snapshots are removed when it ends, also on Ctrl-C. Each
+attempt records its overhead: its time but the agent's and the scorers'.`,
 		Example: `  corral eval run docs/examples/eval --agent docs/examples/eval/agents/solve.sh
   corral eval run ./suite --agent ./agent.py --attempts 4 --concurrency 2`,
 		Args: cobra.ExactArgs(1),
@@ -112,7 +115,7 @@ boxes and snapshots are removed when it ends, also on Ctrl-C.`,
 			fmt.Fprintf(a.streams.Err, "run %s: %d scenarios x %d attempts, results in %s\n", id, len(scenarios), attempts, dir)
 			r := eval.NewRunner(c, id, eval.Options{
 				Agent: agent, Attempts: attempts, Concurrency: concurrency,
-				Host: a.host, Dir: dir, Suite: args[0], Progress: a.streams.Err,
+				Host: a.host, Dir: dir, Suite: args[0], Progress: a.streams.Err, NoPool: noPool,
 			})
 			run, err := r.Run(ctx, scenarios)
 			if err != nil {
@@ -135,6 +138,7 @@ boxes and snapshots are removed when it ends, also on Ctrl-C.`,
 	cmd.Flags().IntVarP(&concurrency, "concurrency", "c", 1, "attempts run at once")
 	cmd.Flags().StringVarP(&out, "out", "o", "", "the run's directory (default $CORRAL_EVAL_DIR/RUN_ID or ~/.corral/evals/RUN_ID)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
+	cmd.Flags().BoolVar(&noPool, "no-pool", false, "keep no warm pool of a scenario's prepared state: make each attempt's box when it starts")
 	_ = cmd.MarkFlagRequired("agent")
 	return cmd
 }
@@ -149,7 +153,7 @@ score of its attempts, how many scored 1 and the first thing worth a look
 (a timeout, an agent that was not found, a scorer that hung). RUN is a run
 ID under $CORRAL_EVAL_DIR (default ~/.corral/evals), a run directory or a
 results.json. --attempts adds a row per attempt with its score, its agent's
-exit, what it changed and the paths of its patch, trajectory (the box's
+exit, Corral's overhead, what it changed and the paths of its patch, trajectory (the box's
 audit trail during the agent phase) and agent log. --json prints
 everything: every attempt with its scorers' output, its agent's exit, its
 diff and its files (relative to "dir").`,

@@ -49,12 +49,20 @@ type ScenarioResult struct {
 
 // Attempt is one agent's attempt at a scenario.
 type Attempt struct {
-	N        int            `json:"n"`
-	Sandbox  string         `json:"sandbox,omitempty"`
-	Score    float64        `json:"score"`
-	Duration time.Duration  `json:"duration_ns"`
-	Agent    AgentResult    `json:"agent"`
-	Scorers  []ScorerResult `json:"scorers"`
+	N        int           `json:"n"`
+	Sandbox  string        `json:"sandbox,omitempty"`
+	Score    float64       `json:"score"`
+	Duration time.Duration `json:"duration_ns"`
+	// Overhead is Corral's share of Duration: everything but the agent's
+	// and the scorers' own run time (the box's creation or hand-out from
+	// the warm pool, the diff, the trajectory, the scoring network, the
+	// removal).
+	Overhead time.Duration `json:"overhead_ns"`
+	// Pooled is set when the box was handed out of the run's warm pool
+	// of the prepared state (known from its trajectory).
+	Pooled  bool           `json:"pooled,omitempty"`
+	Agent   AgentResult    `json:"agent"`
+	Scorers []ScorerResult `json:"scorers"`
 	// Diff is what the agent changed (under the scenario's workdir) and
 	// Patch the file, in the run's directory, of the patch.
 	Diff  *client.DiffStat `json:"diff,omitempty"`
@@ -170,7 +178,7 @@ func WriteTable(w io.Writer, r *Run) error {
 // looked at or captured.
 func WriteAttempts(w io.Writer, r *Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tN\tSCORE\tAGENT\tCHANGED\tPATCH\tTRAJECTORY\tAGENT LOG")
+	fmt.Fprintln(tw, "SCENARIO\tN\tSCORE\tAGENT\tOVERHEAD\tCHANGED\tPATCH\tTRAJECTORY\tAGENT LOG")
 	file := func(name string) string {
 		if name == "" {
 			return "-"
@@ -197,7 +205,7 @@ func WriteAttempts(w io.Writer, r *Run) error {
 			if a.Agent.Reason != "" {
 				log = fmt.Sprintf("%s.%d.agent.log", s.Name, a.N)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\n", s.Name, a.N, a.Score, cmpStr(agent, "-"), changed, file(a.Patch), file(a.Trajectory), file(log))
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, a.N, a.Score, cmpStr(agent, "-"), a.Overhead.Round(time.Millisecond), changed, file(a.Patch), file(a.Trajectory), file(log))
 		}
 	}
 	return tw.Flush()

@@ -48,6 +48,9 @@ type Options struct {
 	Suite string
 	// Progress, when set, gets a line per finished attempt.
 	Progress io.Writer
+	// NoPool never keeps a warm pool of a scenario's prepared state: every
+	// attempt's box is made when the attempt starts.
+	NoPool bool
 }
 
 // Runner runs scenarios against a daemon.
@@ -62,6 +65,7 @@ type Runner struct {
 	mu        sync.Mutex
 	boxes     map[string]bool // made and not yet removed
 	snapshots map[string]bool
+	pools     map[string]bool // keys of the warm pools made
 }
 
 // NewRunID returns a new run ID: the time and a random suffix.
@@ -75,7 +79,7 @@ func NewRunID() string {
 func NewRunner(c *client.Client, id string, opts Options) *Runner {
 	opts.Attempts = max(opts.Attempts, 1)
 	opts.Concurrency = max(opts.Concurrency, 1)
-	return &Runner{c: c, opts: opts, id: id, boxes: map[string]bool{}, snapshots: map[string]bool{}}
+	return &Runner{c: c, opts: opts, id: id, boxes: map[string]bool{}, snapshots: map[string]bool{}, pools: map[string]bool{}}
 }
 
 // CheckAgent checks that the agent command line's program exists, so that
@@ -159,6 +163,8 @@ func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
 				return
 			}
 			defer r.removeSnapshot(snap)
+			pool := r.startPool(ctx, s, snap)
+			defer pool.remove() // before the snapshot it holds boxes of
 			var awg sync.WaitGroup
 			for n := range r.opts.Attempts {
 				awg.Add(1)
@@ -166,7 +172,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
 					defer awg.Done()
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					a := r.Attempt(ctx, s, snap, n+1)
+					a := r.attempt(ctx, s, snap, n+1, pool.started)
 					saveMu.Lock()
 					res.Attempts[n] = a
 					if r.opts.Progress != nil && ctx.Err() == nil {
@@ -331,18 +337,121 @@ func (r *Runner) removeSnapshot(name string) {
 	}
 }
 
+// warmPool is the warm pool of one scenario's prepared state during a
+// run. Its size is what the attempts still to start after the first wave
+// (Concurrency of them, which start at once) can use, at most
+// Concurrency: it shrinks as attempts start and is gone when none is left
+// to start, so the pool makes few boxes no one takes.
+type warmPool struct {
+	r    *Runner
+	spec client.PoolSpec
+	key  string
+
+	mu      sync.Mutex
+	starts  int
+	removed bool
+}
+
+// poolSize is the pool's size after starts attempts got their box.
+func (r *Runner) poolSize(starts int) int {
+	if r.opts.NoPool {
+		return 0
+	}
+	left := r.opts.Attempts - max(starts, r.opts.Concurrency)
+	return max(0, min(left, r.opts.Concurrency, 64))
+}
+
+// startPool keeps a warm pool of the prepared snapshot snap, with the
+// attempts' tier and limits, so that an attempt's box is handed out ready
+// instead of made while the attempt waits. Without a pool (not worth it,
+// or refused by the daemon: the attempts are then made as usual) the
+// returned pool's methods do nothing.
+func (r *Runner) startPool(ctx context.Context, s *Scenario, snap string) *warmPool {
+	wp := &warmPool{r: r, removed: true}
+	size := r.poolSize(0)
+	if size <= 0 {
+		return wp
+	}
+	o, _ := r.createOptionsFromSnapshot(s, snap, 0)
+	wp.spec = client.PoolSpec{Image: snap, Tier: o.Tier, Resources: o.Resources, Size: size}
+	p, err := r.c.SetPool(ctx, wp.spec)
+	if err != nil {
+		log.G(ctx).Debug("eval warm pool", "snapshot", snap, "error", err)
+		return wp
+	}
+	wp.key, wp.removed = p.Key, false
+	r.mu.Lock()
+	r.pools[p.Key] = true
+	r.mu.Unlock()
+	return wp
+}
+
+// started counts an attempt whose box was made (or handed out) and
+// shrinks the pool to what the attempts still to start can use.
+func (wp *warmPool) started(ctx context.Context) {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	wp.starts++
+	if wp.removed {
+		return
+	}
+	size := wp.r.poolSize(wp.starts)
+	if size == wp.spec.Size {
+		return
+	}
+	if size == 0 {
+		wp.removeLocked()
+		return
+	}
+	wp.spec.Size = size
+	if _, err := wp.r.c.SetPool(ctx, wp.spec); err != nil {
+		log.G(ctx).Debug("eval warm pool", "key", wp.key, "error", err)
+	}
+}
+
+// remove removes the pool and its ready boxes.
+func (wp *warmPool) remove() {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	if !wp.removed {
+		wp.removeLocked()
+	}
+}
+
+func (wp *warmPool) removeLocked() {
+	wp.removed = true
+	wp.r.removePool(wp.key)
+}
+
+func (r *Runner) removePool(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	err := r.c.RemovePool(ctx, key)
+	if err == nil || errdefs.IsNotFound(err) {
+		r.mu.Lock()
+		delete(r.pools, key)
+		r.mu.Unlock()
+	}
+}
+
 // cleanup removes whatever boxes and snapshots are left, also those of a
 // create that ended with the context (found by the run's label).
 func (r *Runner) cleanup(ctx context.Context) {
 	r.mu.Lock()
-	var boxes, snaps []string
+	var boxes, snaps, pools []string
 	for id := range r.boxes {
 		boxes = append(boxes, id)
 	}
 	for s := range r.snapshots {
 		snaps = append(snaps, s)
 	}
+	for k := range r.pools {
+		pools = append(pools, k)
+	}
 	r.mu.Unlock()
+	for _, k := range pools {
+		r.removePool(k)
+	}
 	for _, id := range boxes {
 		r.remove(id)
 	}
@@ -359,7 +468,7 @@ func (r *Runner) cleanup(ctx context.Context) {
 		r.removeSnapshot(s)
 	}
 	r.mu.Lock()
-	left := len(r.boxes) + len(r.snapshots)
+	left := len(r.boxes) + len(r.snapshots) + len(r.pools)
 	r.mu.Unlock()
 	if left > 0 {
 		log.G(ctx).Warn("eval run left boxes or snapshots behind", "run", r.id, "count", left)
@@ -370,17 +479,35 @@ func (r *Runner) cleanup(ctx context.Context) {
 // the agent, the diff, the scoring network and the scorers. The box is
 // removed before it returns.
 func (r *Runner) Attempt(ctx context.Context, s *Scenario, snap string, n int) Attempt {
-	a := Attempt{N: n}
+	return r.attempt(ctx, s, snap, n, func(context.Context) {})
+}
+
+// attempt is Attempt, calling created once the box was made (or its
+// create failed).
+func (r *Runner) attempt(ctx context.Context, s *Scenario, snap string, n int, created func(context.Context)) (a Attempt) {
+	a.N = n
 	start := time.Now()
-	defer func() { a.Duration = time.Since(start) }()
+	defer func() {
+		a.Duration = time.Since(start)
+		a.Overhead = a.Duration - a.Agent.Duration
+		for _, sr := range a.Scorers {
+			a.Overhead -= sr.Duration
+		}
+		a.Overhead = max(a.Overhead, 0)
+	}()
 	if ctx.Err() != nil {
+		created(ctx)
 		a.Error = "interrupted"
 		return a
 	}
 	o, _ := r.createOptionsFromSnapshot(s, snap, n)
 	box, err := r.create(ctx, o)
+	created(ctx)
 	if err != nil {
 		a.Error = fmt.Sprintf("create box: %v", err)
+		if ctx.Err() != nil {
+			a.Error = "interrupted" // the create ended with the run
+		}
 		return a
 	}
 	defer r.remove(box)
@@ -397,7 +524,7 @@ func (r *Runner) Attempt(ctx context.Context, s *Scenario, snap string, n int) A
 		a.Agent.Reason = "box_" + info.State
 	}
 	a.Diff, a.Patch = r.diff(ctx, s, box, n)
-	a.Trajectory, a.Events = r.trajectory(ctx, s, box, n)
+	a.Trajectory, a.Events, a.Pooled = r.trajectory(ctx, s, box, n)
 	sb := r.c.Sandbox(box)
 	if _, err := r.c.SetNetwork(ctx, box, *toNetwork(s.Environment.ScoringNetwork)); err != nil {
 		a.Error = fmt.Sprintf("scoring network: %v", err)
@@ -456,8 +583,8 @@ func problemInput(s *Scenario) string {
 // runAgentInBox runs the agent command inside the box (agent-in-the-box
 // wiring): sh -c in the workdir, the problem on its stdin, killed at the
 // scenario's agent timeout. Its secrets are the box's placeholders.
-func (r *Runner) runAgentInBox(ctx context.Context, s *Scenario, box string, n int) AgentResult {
-	res := AgentResult{ExitCode: -1}
+func (r *Runner) runAgentInBox(ctx context.Context, s *Scenario, box string, n int) (res AgentResult) {
+	res.ExitCode = -1
 	start := time.Now()
 	defer func() { res.Duration = time.Since(start) }()
 	logf, err := os.Create(filepath.Join(r.opts.Dir, fmt.Sprintf("%s.%d.agent.log", s.Name, n)))
@@ -494,11 +621,11 @@ func (r *Runner) runAgentInBox(ctx context.Context, s *Scenario, box string, n i
 // runAgent runs the agent command on the host with the box's ID, the
 // daemon's address and the problem in its environment and the problem on
 // its stdin, killing its process group at the scenario's agent timeout.
-func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) AgentResult {
+func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) (res AgentResult) {
 	if s.InBox() {
 		return r.runAgentInBox(ctx, s, box, n)
 	}
-	res := AgentResult{ExitCode: -1}
+	res.ExitCode = -1
 	start := time.Now()
 	defer func() { res.Duration = time.Since(start) }()
 	actx, cancel := context.WithTimeout(ctx, s.AgentTimeout())
@@ -567,27 +694,30 @@ func (r *Runner) diff(ctx context.Context, s *Scenario, box string, n int) (*cli
 
 // trajectory saves the box's audit trail so far (the agent phase: the
 // scorers have not run yet) as JSON lines in a file of the run's
-// directory, and returns the file's name and its number of events. A
-// daemon that records no trail (audit off) leaves both empty.
-func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int) (string, int) {
+// directory, and returns the file's name, its number of events and
+// whether the box was handed out of a warm pool. A daemon that records no
+// trail (audit off) leaves all three empty.
+func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int) (name string, events int, pooled bool) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	events := 0
 	err := r.c.Trajectory(ctx, box, func(ev client.AuditEvent) error {
 		events++
+		if ev.Lifecycle != nil && ev.Lifecycle.Change == "handed_out" {
+			pooled = true
+		}
 		return enc.Encode(ev)
 	})
 	if err != nil {
 		log.G(ctx).Debug("eval trajectory", "sandbox", box, "error", err)
-		return "", 0
+		return "", 0, false
 	}
 	if events == 0 {
-		return "", 0
+		return "", 0, false
 	}
-	name := fmt.Sprintf("%s.%d.trajectory.jsonl", s.Name, n)
+	name = fmt.Sprintf("%s.%d.trajectory.jsonl", s.Name, n)
 	if err := os.WriteFile(filepath.Join(r.opts.Dir, name), buf.Bytes(), 0o644); err != nil {
 		log.G(ctx).Warn("eval trajectory", "sandbox", box, "error", err)
-		return "", 0
+		return "", 0, pooled
 	}
-	return name, events
+	return name, events, pooled
 }
