@@ -163,7 +163,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
 				return
 			}
 			defer r.removeSnapshot(snap)
-			pool := r.startPool(ctx, s, snap)
+			pool := r.newPool(s, snap)
 			defer pool.remove() // before the snapshot it holds boxes of
 			var awg sync.WaitGroup
 			for n := range r.opts.Attempts {
@@ -338,18 +338,19 @@ func (r *Runner) removeSnapshot(name string) {
 }
 
 // warmPool is the warm pool of one scenario's prepared state during a
-// run. Its size is what the attempts still to start after the first wave
+// run. It is made when the scenario's first attempt got its box (so that
+// only scenarios whose attempts run have one, not every prepared one),
+// and its size is what the attempts still to start after the first wave
 // (Concurrency of them, which start at once) can use, at most
 // Concurrency: it shrinks as attempts start and is gone when none is left
 // to start, so the pool makes few boxes no one takes.
 type warmPool struct {
 	r    *Runner
 	spec client.PoolSpec
-	key  string
+	key  string // set while the pool exists
 
-	mu      sync.Mutex
-	starts  int
-	removed bool
+	mu     sync.Mutex
+	starts int
 }
 
 // poolSize is the pool's size after starts attempts got their box.
@@ -361,51 +362,43 @@ func (r *Runner) poolSize(starts int) int {
 	return max(0, min(left, r.opts.Concurrency, 64))
 }
 
-// startPool keeps a warm pool of the prepared snapshot snap, with the
-// attempts' tier and limits, so that an attempt's box is handed out ready
-// instead of made while the attempt waits. Without a pool (not worth it,
-// or refused by the daemon: the attempts are then made as usual) the
-// returned pool's methods do nothing.
-func (r *Runner) startPool(ctx context.Context, s *Scenario, snap string) *warmPool {
-	wp := &warmPool{r: r, removed: true}
-	size := r.poolSize(0)
-	if size <= 0 {
-		return wp
-	}
+// newPool returns the warm pool of the prepared snapshot snap, with the
+// attempts' tier and limits, which hands an attempt its box ready
+// instead of made while the attempt waits. When the daemon refuses it,
+// the attempts are made as usual.
+func (r *Runner) newPool(s *Scenario, snap string) *warmPool {
 	o, _ := r.createOptionsFromSnapshot(s, snap, 0)
-	wp.spec = client.PoolSpec{Image: snap, Tier: o.Tier, Resources: o.Resources, Size: size}
-	p, err := r.c.SetPool(ctx, wp.spec)
-	if err != nil {
-		log.G(ctx).Debug("eval warm pool", "snapshot", snap, "error", err)
-		return wp
-	}
-	wp.key, wp.removed = p.Key, false
-	r.mu.Lock()
-	r.pools[p.Key] = true
-	r.mu.Unlock()
-	return wp
+	return &warmPool{r: r, spec: client.PoolSpec{Image: snap, Tier: o.Tier, Resources: o.Resources}}
 }
 
-// started counts an attempt whose box was made (or handed out) and
-// shrinks the pool to what the attempts still to start can use.
+// started counts an attempt whose box was made (or handed out) and sets
+// the pool to what the attempts still to start can use: made at the
+// first, then shrunk, then removed.
 func (wp *warmPool) started(ctx context.Context) {
 	wp.mu.Lock()
 	defer wp.mu.Unlock()
 	wp.starts++
-	if wp.removed {
-		return
-	}
 	size := wp.r.poolSize(wp.starts)
-	if size == wp.spec.Size {
+	switch {
+	case size == wp.spec.Size:
 		return
-	}
-	if size == 0 {
+	case size == 0:
 		wp.removeLocked()
 		return
+	case wp.key == "" && wp.starts > 1:
+		return // refused before, or removed
 	}
 	wp.spec.Size = size
-	if _, err := wp.r.c.SetPool(ctx, wp.spec); err != nil {
-		log.G(ctx).Debug("eval warm pool", "key", wp.key, "error", err)
+	p, err := wp.r.c.SetPool(ctx, wp.spec)
+	if err != nil {
+		log.G(ctx).Debug("eval warm pool", "snapshot", wp.spec.Image, "error", err)
+		return
+	}
+	if wp.key == "" {
+		wp.key = p.Key
+		wp.r.mu.Lock()
+		wp.r.pools[p.Key] = true
+		wp.r.mu.Unlock()
 	}
 }
 
@@ -413,14 +406,15 @@ func (wp *warmPool) started(ctx context.Context) {
 func (wp *warmPool) remove() {
 	wp.mu.Lock()
 	defer wp.mu.Unlock()
-	if !wp.removed {
-		wp.removeLocked()
-	}
+	wp.removeLocked()
 }
 
 func (wp *warmPool) removeLocked() {
-	wp.removed = true
-	wp.r.removePool(wp.key)
+	wp.spec.Size = 0
+	if wp.key != "" {
+		wp.r.removePool(wp.key)
+		wp.key = ""
+	}
 }
 
 func (r *Runner) removePool(key string) {
