@@ -39,11 +39,15 @@ problem statement and weighted scorers that look at the box after the agent
 worked on it (docs/evals.md; the file format is docs/eval.schema.json).
 
 Runs are kept under $CORRAL_EVAL_DIR (default ~/.corral/evals), one
-directory per run: results.json, each attempt's patch and agent log.`,
+directory per run: results.json, each attempt's patch, trajectory and
+agent log. A box that did not end well becomes a scenario with capture; a
+scenario runs in Harbor after export.`,
 		Example: `  corral eval validate docs/examples/eval/answer.yaml
   corral eval run docs/examples/eval --agent ./my-agent --attempts 4 --concurrency 2
   corral eval show RUN
-  corral eval diff RUN_A RUN_B`,
+  corral eval diff RUN_A RUN_B
+  corral eval capture BOX -o ./cases/NAME
+  corral eval export --harbor ./harbor-task docs/examples/eval/answer.yaml`,
 	}
 	cmd.AddCommand(a.evalRunCmd(), a.evalShowCmd(), a.evalDiffCmd(), a.evalValidateCmd(), a.evalCaptureCmd(), a.evalExportCmd())
 	return cmd
