@@ -84,9 +84,10 @@ type AgentResult struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Reason is "exit" (it exited by itself), "timeout" (killed at the
 	// scenario's agent timeout), "not_found" (exit 127: the shell did not
-	// find a command), "interrupted" or "box_<state>" (the box was no
-	// longer running when the agent ended, e.g. box_exited after an OOM
-	// of its init).
+	// find a command), "oom" (an agent inside the box killed by the OOM
+	// killer), "interrupted" or "box_<state>" (the box was no longer
+	// running when the agent ended, e.g. box_exited after an OOM of its
+	// init).
 	Reason string `json:"reason"`
 	Output string `json:"output,omitempty"`
 }
