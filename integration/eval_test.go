@@ -35,6 +35,10 @@ func TestEvalExample(t *testing.T) {
 	if want := "answer: initial 0.00, reference 1.00: valid"; !strings.Contains(out, want) {
 		t.Errorf("eval validate printed %q; want %q", out, want)
 	}
+	out = d.must("eval", "validate", "--repeats", "2", suite)
+	if want := "answer: initial 0.00, reference 1.00 (2 repeats): valid"; !strings.Contains(out, want) {
+		t.Errorf("eval validate printed %q; want %q", out, want)
+	}
 	nothingLeft(t, d)
 
 	runs := map[string]string{}
@@ -65,6 +69,13 @@ func TestEvalExample(t *testing.T) {
 				}
 				if diff := a.Score - tc.want; diff > 1e-9 || diff < -1e-9 {
 					t.Errorf("%s attempt %d score = %v; want %v; scorers: %+v", tc.agent, a.N, a.Score, tc.want, a.Scorers)
+				}
+				if tc.agent != "nothing" {
+					// The agent's corral exec is in the attempt's trajectory.
+					traj, err := os.ReadFile(filepath.Join(os.Getenv("CORRAL_EVAL_DIR"), run.ID, a.Trajectory))
+					if a.Trajectory == "" || err != nil || !strings.Contains(string(traj), `"type":"exec"`) {
+						t.Errorf("%s attempt %d trajectory %q: %q, %v; want the agent's exec", tc.agent, a.N, a.Trajectory, traj, err)
+					}
 				}
 				changed := a.Diff != nil && a.Diff.FilesChanged > 0
 				if changed != (tc.agent != "nothing") {
@@ -202,6 +213,245 @@ reference: {patch: fix.patch}
 	out, errOut, err := d.corral("eval", "validate", bad)
 	if exitCode(err) != 1 || !strings.Contains(out, "the reference solution scores 0.00: scorer files-1 gives 0.00") || !strings.Contains(errOut, "1 of 1 scenarios not valid") {
 		t.Errorf("eval validate of a wrong reference = %d, %q, %q; want 1 naming the scorer", exitCode(err), out, errOut)
+	}
+	nothingLeft(t, d)
+}
+
+// TestEvalCapture turns a box that did not end well into a scenario: a
+// box created with --keep-start gets a wrong answer, corral eval capture
+// writes the scenario (its start snapshot, the wrong answer as a
+// counter-example, a stub scorer), which runs as written (score 0), and
+// once the user replaced the stub and added a reference, validates (the
+// counter-example scores below 1, in repeats) and scores a solving agent.
+func TestEvalCapture(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	t.Setenv("PATH", filepath.Dir(corralBin)+":"+os.Getenv("PATH"))
+	t.Setenv("CORRAL_EVAL_DIR", t.TempDir())
+	id := strings.TrimSpace(d.must("create", "--keep-start", "--image", "busybox", "--workdir", "/work"))
+	start := eval.StartSnapshot(id)
+	t.Cleanup(func() { _, _, _ = d.corral("snapshot", "rm", start) })
+	if out := d.must("snapshot", "ls"); !strings.Contains(out, start) {
+		t.Fatalf("create --keep-start: snapshots\n%s\nwant %s", out, start)
+	}
+	// The "agent" gets it wrong.
+	d.must("exec", id, "--", "sh", "-c", "mkdir -p /work && echo 41 > /work/answer.txt")
+	dir := filepath.Join(t.TempDir(), "case")
+	d.must("eval", "capture", id, "-o", dir, "--name", "wrong-answer", "--problem", "Write 42 on a line of its own to /work/answer.txt.")
+	d.must("rm", "-f", id)
+	patch, err := os.ReadFile(filepath.Join(dir, eval.CaptureCounterexample))
+	if err != nil || !strings.Contains(string(patch), "+41") {
+		t.Fatalf("counterexample.patch = %q, %v; want the wrong answer", patch, err)
+	}
+	if traj, err := os.ReadFile(filepath.Join(dir, eval.CaptureTrajectory)); err != nil || !strings.Contains(string(traj), "echo 41") {
+		t.Errorf("trajectory.jsonl = %q, %v; want the box's exec", traj, err)
+	}
+
+	// As written: the stub scores 0.
+	var run eval.Run
+	if err := json.Unmarshal([]byte(d.must("eval", "run", dir, "--agent", "true", "--json")), &run); err != nil {
+		t.Fatal(err)
+	}
+	if sr := run.Scenarios[0]; sr.Error != "" || sr.Attempts[0].Error != "" || sr.Attempts[0].Score != 0 || sr.Attempts[0].Scorers[0].Name != "edit-me" {
+		t.Fatalf("run of the captured scenario = %+v; want one attempt scored 0 by the stub", sr)
+	}
+	nothingLeft(t, d)
+
+	// The user replaces the stub and adds a reference.
+	file := filepath.Join(dir, "wrong-answer.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	i := strings.Index(s, "  - name: edit-me")
+	j := strings.Index(s, "counterexamples:")
+	if i < 0 || j < i {
+		t.Fatalf("captured scenario has no stub before its counterexamples:\n%s", s)
+	}
+	s = s[:i] + "  - name: answer\n    files: [{path: /work/answer.txt, matches: '^42$'}]\nreference:\n  commands: [\"echo 42 > /work/answer.txt\"]\n" + s[j:]
+	if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := d.must("eval", "validate", "--repeats", "2", dir); !strings.Contains(out, "wrong-answer: initial 0.00, reference 1.00, counter-example 1 0.00 (2 repeats): valid") {
+		t.Errorf("eval validate of the edited capture printed %q; want valid with the counter-example at 0", out)
+	}
+	agent := filepath.Join(t.TempDir(), "solve.sh")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\ncorral exec \"$CORRAL_SANDBOX_ID\" -- sh -c 'echo 42 > /work/answer.txt'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run = eval.Run{}
+	if err := json.Unmarshal([]byte(d.must("eval", "run", dir, "--agent", agent, "--json")), &run); err != nil {
+		t.Fatal(err)
+	}
+	if a := run.Scenarios[0].Attempts[0]; a.Score != 1 {
+		t.Errorf("solving attempt = %+v; want score 1", a)
+	}
+	nothingLeft(t, d)
+}
+
+// TestEvalExportHarbor exports the example scenario as a Harbor task and
+// runs it the way Harbor does, in a busybox box: the Dockerfile's WORKDIR
+// and RUN lines, then tests/ in /tests and tests/test.sh, which must write
+// reward 0 for the untouched state, 1 after solution/solve.sh and 0.2
+// after what the break agent does, as corral eval scores them.
+func TestEvalExportHarbor(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	task := filepath.Join(t.TempDir(), "answer")
+	d.must("eval", "export", "--harbor", task, "../docs/examples/eval/answer.yaml")
+	for _, f := range []string{"task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"} {
+		if _, err := os.Stat(filepath.Join(task, f)); err != nil {
+			t.Errorf("Harbor task lacks %s: %v", f, err)
+		}
+	}
+	df, err := os.ReadFile(filepath.Join(task, "environment/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"untouched", "solve", "break"} {
+		var image, workdir string
+		var runs [][]string
+		for _, line := range strings.Split(string(df), "\n") {
+			switch k, v, _ := strings.Cut(line, " "); k {
+			case "FROM":
+				image = v
+			case "WORKDIR":
+				workdir = v
+			case "RUN":
+				var argv []string
+				if err := json.Unmarshal([]byte(v), &argv); err != nil {
+					t.Fatalf("Dockerfile RUN %s: %v", v, err)
+				}
+				runs = append(runs, argv)
+			}
+		}
+		id := strings.TrimSpace(d.must("create", "--image", image))
+		d.must("exec", id, "--", "mkdir", "-p", workdir)
+		for _, argv := range runs {
+			d.must(append([]string{"exec", "-w", workdir, id, "--"}, argv...)...)
+		}
+		d.must("cp", filepath.Join(task, "tests"), id+":/tests")
+		switch mode {
+		case "solve":
+			d.must("cp", filepath.Join(task, "solution"), id+":/solution")
+			d.must("exec", id, "--", "sh", "/solution/solve.sh")
+		case "break": // as docs/examples/eval/agents/break.sh
+			d.must("exec", id, "--", "sh", "-c", "echo 41 > /work/answer.txt && rm /work/notes.txt")
+		}
+		d.must("exec", id, "--", "sh", "/tests/test.sh")
+		reward := strings.TrimSpace(d.must("exec", id, "--", "cat", "/logs/verifier/reward.txt"))
+		if want := map[string]string{"untouched": "0", "solve": "1", "break": "0.2"}[mode]; reward != want {
+			t.Errorf("reward of the %s state = %q; want %s", mode, reward, want)
+		}
+		d.must("rm", "-f", id)
+	}
+}
+
+// TestEvalAgentInBox runs a scenario whose agent runs inside the box: the
+// agent, installed once by agent.install (it exists only in the box, so
+// the host's check of --agent must not look for it), gets the problem on
+// its stdin and its secret as the placeholder, never the value.
+func TestEvalAgentInBox(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	t.Setenv("CORRAL_EVAL_DIR", t.TempDir())
+	const value = "s3cret-value-never-in-the-box"
+	if out, errOut, err := d.corralIn([]byte(value), "secret", "set", "EVAL_TOKEN"); err != nil {
+		t.Fatalf("secret set: %v %s %s", err, out, errOut)
+	}
+	scenario := filepath.Join(t.TempDir(), "inbox.yaml")
+	if err := os.WriteFile(scenario, []byte(`name: inbox
+environment: {image: busybox, workdir: /work}
+setup: ["mkdir -p /work"]
+agent:
+  wiring: box
+  install:
+    - mkdir -p /opt/agent && printf '#!/bin/sh\ncat > problem.txt\necho "$EVAL_TOKEN" > token.txt\nenv > env.txt\n' > /opt/agent/run && chmod +x /opt/agent/run
+  secrets: [EVAL_TOKEN=api.example.org]
+problem: fix the frobnicator
+scorers:
+  - name: problem-on-stdin
+    files: [{path: /work/problem.txt, contains: fix the frobnicator}]
+  - name: placeholder
+    files: [{path: /work/token.txt, matches: '^corral-secret-[0-9a-f]+$'}]
+  - name: no-value
+    command: "! grep -rq `+value+` /work"
+  - name: env
+    files: [{path: /work/env.txt, contains: CORRAL_EVAL_SCENARIO=inbox}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var run eval.Run
+	out := d.must("eval", "run", scenario, "--agent", "/opt/agent/run", "--json")
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatalf("eval run --json printed %q: %v", out, err)
+	}
+	sr := run.Scenarios[0]
+	if sr.Error != "" || len(sr.Attempts) != 1 {
+		t.Fatalf("scenario = %+v; want one attempt", sr)
+	}
+	if a := sr.Attempts[0]; a.Score != 1 || a.Agent.Reason != "exit" || a.Agent.ExitCode != 0 {
+		t.Errorf("attempt = %+v; want score 1 from an agent that ran in the box", a)
+	}
+	if strings.Contains(out, value) {
+		t.Error("the results hold the secret's value")
+	}
+	nothingLeft(t, d)
+}
+
+// TestEvalWarmPool runs 3 attempts one at a time: the run keeps a warm
+// pool of the prepared snapshot for the later ones, so the second and
+// third attempts get their box handed out of it (each agent waits, while
+// the pool exists, until a box is ready in it: an event, not a time),
+// every attempt records its overhead, and the pool is gone at the end.
+func TestEvalWarmPool(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox not installed (apt-get install busybox-static)")
+	}
+	d := startDaemon(t)
+	t.Setenv("PATH", filepath.Dir(corralBin)+":"+os.Getenv("PATH"))
+	t.Setenv("CORRAL_EVAL_DIR", t.TempDir())
+	agent := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(agent, []byte(`#!/bin/sh
+cat > /dev/null
+i=0
+while corral pool ls --json | grep -q '"image": *"eval-' && ! corral pool ls --json | grep -Eq '"ready": *[1-9]'; do
+	i=$((i + 1)); [ $i -lt 1200 ] || exit 3
+	sleep 0.1
+done
+corral exec "$CORRAL_SANDBOX_ID" -- sh -c 'echo 42 > /work/answer.txt'
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var run eval.Run
+	out := d.must("eval", "run", "../docs/examples/eval", "--agent", agent, "--attempts", "3", "--concurrency", "1", "--json")
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatalf("eval run --json printed %q: %v", out, err)
+	}
+	pooled := 0
+	for _, a := range run.Scenarios[0].Attempts {
+		if a.Error != "" || a.Agent.ExitCode != 0 || a.Score != 1 {
+			t.Errorf("attempt %d = error %q, agent %+v, score %v; want 1", a.N, a.Error, a.Agent, a.Score)
+		}
+		if a.Overhead <= 0 || a.Overhead >= a.Duration {
+			t.Errorf("attempt %d overhead %v of %v; want a part of its duration", a.N, a.Overhead, a.Duration)
+		}
+		if a.Pooled {
+			pooled++
+		}
+	}
+	if pooled < 2 {
+		t.Errorf("%d attempts got a box from the warm pool; want the 2 after the first", pooled)
+	}
+	if out := d.must("pool", "ls", "--json"); strings.Contains(out, "eval-") {
+		t.Errorf("pool left behind: %s", out)
 	}
 	nothingLeft(t, d)
 }

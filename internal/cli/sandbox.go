@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/agent/execcheck"
+	"github.com/corral-sandbox/corral/internal/eval"
 	"github.com/corral-sandbox/corral/internal/spec"
 	"github.com/corral-sandbox/corral/internal/version"
 )
@@ -153,6 +155,7 @@ func parseKV(kvs []string, flag string) (map[string]string, error) {
 func (a *app) createCmd() *cobra.Command {
 	var f createFlags
 	var specFile string
+	var keepStart bool
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox, print its ID",
@@ -173,7 +176,11 @@ that the proxy replaces with the value on requests to the secret's hosts.
 snapshot"). --idle-timeout suspends the sandbox after that long without
 exec, file or API activity (the next exec resumes it), or removes it with
 --idle-action remove. A sandbox whose image, runtime and limits match a warm
-pool ("corral pool") is taken ready from the pool unless --no-pool.`,
+pool ("corral pool") is taken ready from the pool unless --no-pool.
+
+--keep-start snapshots the new sandbox at once as start-ID, its state
+before anything ran in it, so that "corral eval capture ID" can turn what
+happened next into an eval scenario.`,
 		Example: `  corral create
   corral create --image python --memory 1g --cpus 2 --pids 256 --name web
   corral create --env API_URL=http://x --label team=ml --timeout 1h
@@ -204,11 +211,18 @@ pool ("corral pool") is taken ready from the pool unless --no-pool.`,
 			if err != nil {
 				return err
 			}
+			if keepStart {
+				if _, err := c.Snapshot(cmd.Context(), sb.ID, eval.StartSnapshot(sb.ID)); err != nil {
+					_ = c.RemoveSandbox(context.WithoutCancel(cmd.Context()), sb.ID, client.RemoveOptions{Force: true})
+					return fmt.Errorf("--keep-start: snapshot: %w", err)
+				}
+			}
 			fmt.Fprintln(a.streams.Out, sb.ID)
 			return nil
 		},
 	}
 	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&keepStart, "keep-start", false, "snapshot the new sandbox as start-ID for corral eval capture")
 	cmd.Flags().StringVar(&f.user, "user", "", "default user of commands: USER or USER:GROUP, each a name or a number")
 	cmd.Flags().StringVar(&specFile, "spec", "", "build this spec (corral.yaml) and create from its image")
 	cmd.MarkFlagsMutuallyExclusive("spec", "image")

@@ -31,6 +31,10 @@ type Run struct {
 	// attempt ended.
 	Interrupted bool             `json:"interrupted,omitempty"`
 	Scenarios   []ScenarioResult `json:"scenarios"`
+
+	// Dir is the run's directory, which the attempts' files (patch,
+	// trajectory, agent log) are relative to; set by LoadRun.
+	Dir string `json:"dir,omitempty"`
 }
 
 // ScenarioResult is every attempt at one scenario.
@@ -45,19 +49,30 @@ type ScenarioResult struct {
 
 // Attempt is one agent's attempt at a scenario.
 type Attempt struct {
-	N        int            `json:"n"`
-	Sandbox  string         `json:"sandbox,omitempty"`
-	Score    float64        `json:"score"`
-	Duration time.Duration  `json:"duration_ns"`
-	Agent    AgentResult    `json:"agent"`
-	Scorers  []ScorerResult `json:"scorers"`
+	N        int           `json:"n"`
+	Sandbox  string        `json:"sandbox,omitempty"`
+	Score    float64       `json:"score"`
+	Duration time.Duration `json:"duration_ns"`
+	// Overhead is Corral's share of Duration: everything but the agent's
+	// and the scorers' own run time (the box's creation or hand-out from
+	// the warm pool, the diff, the trajectory, the scoring network, the
+	// removal).
+	Overhead time.Duration `json:"overhead_ns"`
+	// Pooled is set when the box was handed out of the run's warm pool
+	// of the prepared state (known from its trajectory).
+	Pooled  bool           `json:"pooled,omitempty"`
+	Agent   AgentResult    `json:"agent"`
+	Scorers []ScorerResult `json:"scorers"`
 	// Diff is what the agent changed (under the scenario's workdir) and
 	// Patch the file, in the run's directory, of the patch.
 	Diff  *client.DiffStat `json:"diff,omitempty"`
 	Patch string           `json:"patch,omitempty"`
-	// Trajectory is reserved for the box's recorded trajectory (corral
-	// trajectory ID) once the daemon records one.
+	// Trajectory is the file, in the run's directory, of the box's audit
+	// trail during the agent phase (JSON lines of client.AuditEvent, as
+	// corral trajectory prints them) and Events its number of events;
+	// empty when the daemon records no trail.
 	Trajectory string `json:"trajectory,omitempty"`
+	Events     int    `json:"trajectory_events,omitempty"`
 	// Error is why the attempt could not be scored (its box could not be
 	// made, the run was interrupted); Score is then 0.
 	Error string `json:"error,omitempty"`
@@ -69,9 +84,10 @@ type AgentResult struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Reason is "exit" (it exited by itself), "timeout" (killed at the
 	// scenario's agent timeout), "not_found" (exit 127: the shell did not
-	// find a command), "interrupted" or "box_<state>" (the box was no
-	// longer running when the agent ended, e.g. box_exited after an OOM
-	// of its init).
+	// find a command), "oom" (an agent inside the box killed by the OOM
+	// killer), "interrupted" or "box_<state>" (the box was no longer
+	// running when the agent ended, e.g. box_exited after an OOM of its
+	// init).
 	Reason string `json:"reason"`
 	Output string `json:"output,omitempty"`
 }
@@ -117,6 +133,9 @@ func LoadRun(runsDir, ref string) (*Run, error) {
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("run %s: %s is not a results file: %v: %w", ref, p, err, errdefs.ErrInvalidArgument)
 		}
+		if abs, err := filepath.Abs(filepath.Dir(p)); err == nil {
+			r.Dir = abs
+		}
 		return &r, nil
 	}
 	return nil, fmt.Errorf("run %s not found (a run ID under %s, a run directory or a %s): %w", ref, runsDir, ResultsFile, errdefs.ErrNotFound)
@@ -151,6 +170,45 @@ func WriteTable(w io.Writer, r *Run) error {
 		mean = total / float64(len(r.Scenarios))
 	}
 	fmt.Fprintf(tw, "TOTAL\t\t%.2f\t\t\t\t%s\n", mean, runNote(r))
+	return tw.Flush()
+}
+
+// WriteAttempts prints a row per attempt: its score, how its agent
+// ended, what it changed and the paths of its patch, trajectory and
+// agent log (under the run's directory), so that a failed attempt can be
+// looked at or captured.
+func WriteAttempts(w io.Writer, r *Run) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tN\tSCORE\tAGENT\tOVERHEAD\tCHANGED\tPATCH\tTRAJECTORY\tAGENT LOG")
+	file := func(name string) string {
+		if name == "" {
+			return "-"
+		}
+		if r.Dir == "" {
+			return name
+		}
+		return filepath.Join(r.Dir, name)
+	}
+	for _, s := range r.Scenarios {
+		for _, a := range s.Attempts {
+			agent := a.Agent.Reason
+			if a.Agent.Reason == "exit" {
+				agent = fmt.Sprintf("exit %d", a.Agent.ExitCode)
+			}
+			if a.Error != "" {
+				agent = a.Error
+			}
+			changed := "-"
+			if a.Diff != nil {
+				changed = fmt.Sprintf("%d files +%d -%d", a.Diff.FilesChanged, a.Diff.Insertions, a.Diff.Deletions)
+			}
+			log := ""
+			if a.Agent.Reason != "" {
+				log = fmt.Sprintf("%s.%d.agent.log", s.Name, a.N)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, a.N, a.Score, cmpStr(agent, "-"), a.Overhead.Round(time.Millisecond), changed, file(a.Patch), file(a.Trajectory), file(log))
+		}
+	}
 	return tw.Flush()
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,9 @@ type Options struct {
 	Suite string
 	// Progress, when set, gets a line per finished attempt.
 	Progress io.Writer
+	// NoPool never keeps a warm pool of a scenario's prepared state: every
+	// attempt's box is made when the attempt starts.
+	NoPool bool
 }
 
 // Runner runs scenarios against a daemon.
@@ -61,6 +65,7 @@ type Runner struct {
 	mu        sync.Mutex
 	boxes     map[string]bool // made and not yet removed
 	snapshots map[string]bool
+	pools     map[string]bool // keys of the warm pools made
 }
 
 // NewRunID returns a new run ID: the time and a random suffix.
@@ -74,7 +79,7 @@ func NewRunID() string {
 func NewRunner(c *client.Client, id string, opts Options) *Runner {
 	opts.Attempts = max(opts.Attempts, 1)
 	opts.Concurrency = max(opts.Concurrency, 1)
-	return &Runner{c: c, opts: opts, id: id, boxes: map[string]bool{}, snapshots: map[string]bool{}}
+	return &Runner{c: c, opts: opts, id: id, boxes: map[string]bool{}, snapshots: map[string]bool{}, pools: map[string]bool{}}
 }
 
 // CheckAgent checks that the agent command line's program exists, so that
@@ -94,12 +99,27 @@ func CheckAgent(agent string) error {
 	return nil
 }
 
+// CheckAgentFor checks the agent command line for the scenarios: it must
+// not be empty, and its program must exist on this host when a scenario
+// runs it here (host wiring); inside a box, its shell is the judge.
+func CheckAgentFor(agent string, scenarios []*Scenario) error {
+	for _, s := range scenarios {
+		if !s.InBox() {
+			return CheckAgent(agent)
+		}
+	}
+	if strings.TrimSpace(agent) == "" {
+		return fmt.Errorf("--agent: the agent's command is required: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Run runs every scenario's attempts and returns the results; the
 // results so far are saved in the run's directory after every attempt.
 // Every box and snapshot the run made is removed before Run returns, also
 // when ctx is cancelled (then Interrupted is set).
 func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
-	if err := CheckAgent(r.opts.Agent); err != nil {
+	if err := CheckAgentFor(r.opts.Agent, scenarios); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(r.opts.Dir, 0o755); err != nil {
@@ -143,6 +163,8 @@ func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
 				return
 			}
 			defer r.removeSnapshot(snap)
+			pool := r.newPool(s, snap)
+			defer pool.remove() // before the snapshot it holds boxes of
 			var awg sync.WaitGroup
 			for n := range r.opts.Attempts {
 				awg.Add(1)
@@ -150,7 +172,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []*Scenario) (*Run, error) {
 					defer awg.Done()
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					a := r.Attempt(ctx, s, snap, n+1)
+					a := r.attempt(ctx, s, snap, n+1, pool.started)
 					saveMu.Lock()
 					res.Attempts[n] = a
 					if r.opts.Progress != nil && ctx.Err() == nil {
@@ -191,14 +213,20 @@ func (r *Runner) Prepare(ctx context.Context, s *Scenario) (string, error) {
 	}
 	defer r.remove(box)
 	sb := r.c.Sandbox(box)
-	for i, cmd := range s.Setup {
-		var out tailBuffer
-		res, err := sb.Exec(ctx, client.ExecOptions{Cmd: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out})
-		if err != nil {
-			return "", fmt.Errorf("setup[%d]: %w", i, err)
-		}
-		if res.ExitCode != 0 {
-			return "", fmt.Errorf("setup[%d] %q exited %d: %s", i, cmd, res.ExitCode, strings.TrimSpace(out.String()))
+	steps := []struct {
+		field string
+		cmds  []string
+	}{{"setup", s.Setup}, {"agent.install", s.Agent.Install}}
+	for _, st := range steps {
+		for i, cmd := range st.cmds {
+			var out tailBuffer
+			res, err := sb.Exec(ctx, client.ExecOptions{Cmd: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out})
+			if err != nil {
+				return "", fmt.Errorf("%s[%d]: %w", st.field, i, err)
+			}
+			if res.ExitCode != 0 {
+				return "", fmt.Errorf("%s[%d] %q exited %d: %s", st.field, i, cmd, res.ExitCode, strings.TrimSpace(out.String()))
+			}
 		}
 	}
 	name := snapshotName(r.id, s.Name)
@@ -309,18 +337,115 @@ func (r *Runner) removeSnapshot(name string) {
 	}
 }
 
+// warmPool is the warm pool of one scenario's prepared state during a
+// run. It is made when the scenario's first attempt got its box (so that
+// only scenarios whose attempts run have one, not every prepared one),
+// and its size is what the attempts still to start after the first wave
+// (Concurrency of them, which start at once) can use, at most
+// Concurrency: it shrinks as attempts start and is gone when none is left
+// to start, so the pool makes few boxes no one takes.
+type warmPool struct {
+	r    *Runner
+	spec client.PoolSpec
+	key  string // set while the pool exists
+
+	mu     sync.Mutex
+	starts int
+}
+
+// poolSize is the pool's size after starts attempts got their box.
+func (r *Runner) poolSize(starts int) int {
+	if r.opts.NoPool {
+		return 0
+	}
+	left := r.opts.Attempts - max(starts, r.opts.Concurrency)
+	return max(0, min(left, r.opts.Concurrency, 64))
+}
+
+// newPool returns the warm pool of the prepared snapshot snap, with the
+// attempts' tier and limits, which hands an attempt its box ready
+// instead of made while the attempt waits. When the daemon refuses it,
+// the attempts are made as usual.
+func (r *Runner) newPool(s *Scenario, snap string) *warmPool {
+	o, _ := r.createOptionsFromSnapshot(s, snap, 0)
+	return &warmPool{r: r, spec: client.PoolSpec{Image: snap, Tier: o.Tier, Resources: o.Resources}}
+}
+
+// started counts an attempt whose box was made (or handed out) and sets
+// the pool to what the attempts still to start can use: made at the
+// first, then shrunk, then removed.
+func (wp *warmPool) started(ctx context.Context) {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	wp.starts++
+	size := wp.r.poolSize(wp.starts)
+	switch {
+	case size == wp.spec.Size:
+		return
+	case size == 0:
+		wp.removeLocked()
+		return
+	case wp.key == "" && wp.starts > 1:
+		return // refused before, or removed
+	}
+	wp.spec.Size = size
+	p, err := wp.r.c.SetPool(ctx, wp.spec)
+	if err != nil {
+		log.G(ctx).Debug("eval warm pool", "snapshot", wp.spec.Image, "error", err)
+		return
+	}
+	if wp.key == "" {
+		wp.key = p.Key
+		wp.r.mu.Lock()
+		wp.r.pools[p.Key] = true
+		wp.r.mu.Unlock()
+	}
+}
+
+// remove removes the pool and its ready boxes.
+func (wp *warmPool) remove() {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	wp.removeLocked()
+}
+
+func (wp *warmPool) removeLocked() {
+	wp.spec.Size = 0
+	if wp.key != "" {
+		wp.r.removePool(wp.key)
+		wp.key = ""
+	}
+}
+
+func (r *Runner) removePool(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	err := r.c.RemovePool(ctx, key)
+	if err == nil || errdefs.IsNotFound(err) {
+		r.mu.Lock()
+		delete(r.pools, key)
+		r.mu.Unlock()
+	}
+}
+
 // cleanup removes whatever boxes and snapshots are left, also those of a
 // create that ended with the context (found by the run's label).
 func (r *Runner) cleanup(ctx context.Context) {
 	r.mu.Lock()
-	var boxes, snaps []string
+	var boxes, snaps, pools []string
 	for id := range r.boxes {
 		boxes = append(boxes, id)
 	}
 	for s := range r.snapshots {
 		snaps = append(snaps, s)
 	}
+	for k := range r.pools {
+		pools = append(pools, k)
+	}
 	r.mu.Unlock()
+	for _, k := range pools {
+		r.removePool(k)
+	}
 	for _, id := range boxes {
 		r.remove(id)
 	}
@@ -337,7 +462,7 @@ func (r *Runner) cleanup(ctx context.Context) {
 		r.removeSnapshot(s)
 	}
 	r.mu.Lock()
-	left := len(r.boxes) + len(r.snapshots)
+	left := len(r.boxes) + len(r.snapshots) + len(r.pools)
 	r.mu.Unlock()
 	if left > 0 {
 		log.G(ctx).Warn("eval run left boxes or snapshots behind", "run", r.id, "count", left)
@@ -348,17 +473,35 @@ func (r *Runner) cleanup(ctx context.Context) {
 // the agent, the diff, the scoring network and the scorers. The box is
 // removed before it returns.
 func (r *Runner) Attempt(ctx context.Context, s *Scenario, snap string, n int) Attempt {
-	a := Attempt{N: n}
+	return r.attempt(ctx, s, snap, n, func(context.Context) {})
+}
+
+// attempt is Attempt, calling created once the box was made (or its
+// create failed).
+func (r *Runner) attempt(ctx context.Context, s *Scenario, snap string, n int, created func(context.Context)) (a Attempt) {
+	a.N = n
 	start := time.Now()
-	defer func() { a.Duration = time.Since(start) }()
+	defer func() {
+		a.Duration = time.Since(start)
+		a.Overhead = a.Duration - a.Agent.Duration
+		for _, sr := range a.Scorers {
+			a.Overhead -= sr.Duration
+		}
+		a.Overhead = max(a.Overhead, 0)
+	}()
 	if ctx.Err() != nil {
+		created(ctx)
 		a.Error = "interrupted"
 		return a
 	}
 	o, _ := r.createOptionsFromSnapshot(s, snap, n)
 	box, err := r.create(ctx, o)
+	created(ctx)
 	if err != nil {
 		a.Error = fmt.Sprintf("create box: %v", err)
+		if ctx.Err() != nil {
+			a.Error = "interrupted" // the create ended with the run
+		}
 		return a
 	}
 	defer r.remove(box)
@@ -375,9 +518,7 @@ func (r *Runner) Attempt(ctx context.Context, s *Scenario, snap string, n int) A
 		a.Agent.Reason = "box_" + info.State
 	}
 	a.Diff, a.Patch = r.diff(ctx, s, box, n)
-	// HOOK(trajectory): when the daemon records a box's trajectory (the
-	// audit trail, corral trajectory ID), fetch it here into a.Trajectory,
-	// kept with the attempt as the diff is.
+	a.Trajectory, a.Events, a.Pooled = r.trajectory(ctx, s, box, n)
 	sb := r.c.Sandbox(box)
 	if _, err := r.c.SetNetwork(ctx, box, *toNetwork(s.Environment.ScoringNetwork)); err != nil {
 		a.Error = fmt.Sprintf("scoring network: %v", err)
@@ -400,6 +541,7 @@ func (r *Runner) createOptionsFromSnapshot(s *Scenario, snap string, n int) (cli
 		Snapshot: snap, Tier: e.Tier, Workdir: e.Workdir, Env: e.Env,
 		Labels:  map[string]string{LabelRun: r.id, "corral.eval.scenario": s.Name, "corral.eval.attempt": strconv.Itoa(n)},
 		Network: toNetwork(e.Network),
+		Secrets: s.Agent.secretBindings(),
 	}
 	o.Resources.CPUs, o.Resources.Pids = e.Limits.CPUs, e.Limits.Pids
 	o.Resources.MemoryBytes, _ = client.ParseBytes(cmpStr(e.Limits.Memory, "0"))
@@ -407,30 +549,87 @@ func (r *Runner) createOptionsFromSnapshot(s *Scenario, snap string, n int) (cli
 	return o, nil
 }
 
+// agentEnv is the environment the agent gets besides its host's or box's.
+func (r *Runner) agentEnv(s *Scenario, box string, n int) map[string]string {
+	env := map[string]string{
+		"CORRAL_SANDBOX_ID":    box,
+		"CORRAL_EVAL_RUN":      r.id,
+		"CORRAL_EVAL_SCENARIO": s.Name,
+		"CORRAL_EVAL_ATTEMPT":  strconv.Itoa(n),
+		"CORRAL_EVAL_WORKDIR":  s.Environment.Workdir,
+		"CORRAL_EVAL_PROBLEM":  s.Problem,
+	}
+	if !s.InBox() {
+		env["CORRAL_HOST"] = r.opts.Host
+	}
+	return env
+}
+
+// problemInput is the agent's stdin: the problem, ending in a newline for
+// an agent that reads a line.
+func problemInput(s *Scenario) string {
+	if !strings.HasSuffix(s.Problem, "\n") {
+		return s.Problem + "\n"
+	}
+	return s.Problem
+}
+
+// runAgentInBox runs the agent command inside the box (agent-in-the-box
+// wiring): sh -c in the workdir, the problem on its stdin, killed at the
+// scenario's agent timeout. Its secrets are the box's placeholders.
+func (r *Runner) runAgentInBox(ctx context.Context, s *Scenario, box string, n int) (res AgentResult) {
+	res.ExitCode = -1
+	start := time.Now()
+	defer func() { res.Duration = time.Since(start) }()
+	logf, err := os.Create(filepath.Join(r.opts.Dir, fmt.Sprintf("%s.%d.agent.log", s.Name, n)))
+	if err != nil {
+		res.Reason, res.Output = "error", err.Error()
+		return res
+	}
+	defer logf.Close()
+	var out tailBuffer
+	w := io.MultiWriter(&out, logf)
+	er, err := r.c.Sandbox(box).Exec(ctx, client.ExecOptions{
+		Cmd: []string{"sh", "-c", r.opts.Agent}, Env: r.agentEnv(s, box, n), Cwd: s.Environment.Workdir,
+		Stdin: strings.NewReader(problemInput(s)), Stdout: w, Stderr: w, Timeout: s.AgentTimeout(),
+	})
+	res.Output = out.String()
+	switch {
+	case ctx.Err() != nil:
+		res.Reason = "interrupted"
+	case err != nil:
+		res.Reason, res.Output = "error", err.Error()
+	case er.TimedOut:
+		res.Reason = "timeout"
+	case er.OOMKilled:
+		res.ExitCode, res.Reason = er.ExitCode, "oom"
+	default:
+		res.ExitCode, res.Reason = er.ExitCode, "exit"
+		if res.ExitCode == 127 {
+			res.Reason = "not_found"
+		}
+	}
+	return res
+}
+
 // runAgent runs the agent command on the host with the box's ID, the
 // daemon's address and the problem in its environment and the problem on
 // its stdin, killing its process group at the scenario's agent timeout.
-func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) AgentResult {
-	res := AgentResult{ExitCode: -1}
+func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) (res AgentResult) {
+	if s.InBox() {
+		return r.runAgentInBox(ctx, s, box, n)
+	}
+	res.ExitCode = -1
 	start := time.Now()
 	defer func() { res.Duration = time.Since(start) }()
 	actx, cancel := context.WithTimeout(ctx, s.AgentTimeout())
 	defer cancel()
 	cmd := exec.CommandContext(actx, "sh", "-c", r.opts.Agent)
-	cmd.Env = append(os.Environ(),
-		"CORRAL_SANDBOX_ID="+box,
-		"CORRAL_HOST="+r.opts.Host,
-		"CORRAL_EVAL_RUN="+r.id,
-		"CORRAL_EVAL_SCENARIO="+s.Name,
-		"CORRAL_EVAL_ATTEMPT="+strconv.Itoa(n),
-		"CORRAL_EVAL_WORKDIR="+s.Environment.Workdir,
-		"CORRAL_EVAL_PROBLEM="+s.Problem,
-	)
-	stdin := s.Problem
-	if !strings.HasSuffix(stdin, "\n") {
-		stdin += "\n" // a line, for an agent that reads one
+	cmd.Env = os.Environ()
+	for k, v := range r.agentEnv(s, box, n) {
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdin = strings.NewReader(problemInput(s))
 	var out tailBuffer
 	logf, err := os.Create(filepath.Join(r.opts.Dir, fmt.Sprintf("%s.%d.agent.log", s.Name, n)))
 	if err != nil {
@@ -485,4 +684,34 @@ func (r *Runner) diff(ctx context.Context, s *Scenario, box string, n int) (*cli
 		return st, ""
 	}
 	return st, name
+}
+
+// trajectory saves the box's audit trail so far (the agent phase: the
+// scorers have not run yet) as JSON lines in a file of the run's
+// directory, and returns the file's name, its number of events and
+// whether the box was handed out of a warm pool. A daemon that records no
+// trail (audit off) leaves all three empty.
+func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int) (name string, events int, pooled bool) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	err := r.c.Trajectory(ctx, box, func(ev client.AuditEvent) error {
+		events++
+		if ev.Lifecycle != nil && ev.Lifecycle.Change == "handed_out" {
+			pooled = true
+		}
+		return enc.Encode(ev)
+	})
+	if err != nil {
+		log.G(ctx).Debug("eval trajectory", "sandbox", box, "error", err)
+		return "", 0, false
+	}
+	if events == 0 {
+		return "", 0, false
+	}
+	name = fmt.Sprintf("%s.%d.trajectory.jsonl", s.Name, n)
+	if err := os.WriteFile(filepath.Join(r.opts.Dir, name), buf.Bytes(), 0o644); err != nil {
+		log.G(ctx).Warn("eval trajectory", "sandbox", box, "error", err)
+		return "", 0, pooled
+	}
+	return name, events, pooled
 }

@@ -1,11 +1,17 @@
 package eval
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -176,5 +182,190 @@ func TestSnapshotName(t *testing.T) {
 			t.Errorf("snapshotName(%q) = %q, as for another name", name, got)
 		}
 		seen[got] = true
+	}
+}
+
+// TestRunTrajectory checks that each attempt saves its box's trajectory
+// in the run's directory, taken after the agent and before the scorers
+// (before the scoring network is set), and that WriteAttempts names it.
+func TestRunTrajectory(t *testing.T) {
+	d := clienttest.New()
+	var mu sync.Mutex
+	var calls []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/trajectory", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, "trajectory")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for i := range 2 {
+			_ = json.NewEncoder(w).Encode(client.AuditEvent{Sandbox: r.PathValue("id"), Seq: uint64(i + 1), Type: "exec"})
+		}
+	})
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, "network")
+		mu.Unlock()
+		d.Handler().ServeHTTP(w, r)
+	})
+	mux.Handle("/", d.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scenario(t, "name: traj\nscorers:\n  - files: [{path: /x}]\n")
+	dir := t.TempDir()
+	run, err := NewRunner(c, "r5", Options{Agent: "true", Dir: dir}).Run(t.Context(), []*Scenario{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := run.Scenarios[0].Attempts[0]
+	if a.Trajectory != "traj.1.trajectory.jsonl" || a.Events != 2 {
+		t.Fatalf("attempt trajectory = %q, %d events; want traj.1.trajectory.jsonl with 2", a.Trajectory, a.Events)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, a.Trajectory))
+	if err != nil || strings.Count(string(data), "\n") != 2 || !strings.Contains(string(data), `"sandbox":"`+a.Sandbox+`"`) {
+		t.Errorf("trajectory file = %q, %v; want 2 events of the attempt's box", data, err)
+	}
+	mu.Lock()
+	if len(calls) != 2 || calls[0] != "trajectory" || calls[1] != "network" {
+		t.Errorf("calls = %v; want the trajectory taken before the scoring network is set", calls)
+	}
+	mu.Unlock()
+	loaded, err := LoadRun("", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := WriteAttempts(&out, loaded); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "traj.1.trajectory.jsonl"); !strings.Contains(out.String(), want) {
+		t.Errorf("WriteAttempts printed\n%s\nwant the trajectory's path %s", out.String(), want)
+	}
+}
+
+// TestRunWarmPool checks that attempts beyond the first wave get a warm
+// pool of the prepared snapshot, with the attempts' limits, that shrinks
+// as attempts start and is gone at the end; and that a run whose attempts
+// all start at once makes none.
+func TestRunWarmPool(t *testing.T) {
+	d := clienttest.New()
+	var mu sync.Mutex
+	var calls []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/pools", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var spec client.PoolSpec
+		_ = json.Unmarshal(body, &spec)
+		mu.Lock()
+		calls = append(calls, fmt.Sprintf("set %s size %d memory %d", strings.SplitN(spec.Image, "-", 3)[1], spec.Size, spec.Resources.MemoryBytes))
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		d.Handler().ServeHTTP(w, r)
+	})
+	mux.HandleFunc("DELETE /v1/pools/{key}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, "remove")
+		mu.Unlock()
+		d.Handler().ServeHTTP(w, r)
+	})
+	mux.Handle("/", d.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scenario(t, "environment: {limits: {memory: 64m}}\nscorers:\n  - files: [{path: /x}]\n")
+	run, err := NewRunner(c, "r6", Options{Agent: "true", Attempts: 4, Concurrency: 2, Dir: t.TempDir()}).Run(t.Context(), []*Scenario{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range run.Scenarios[0].Attempts {
+		if a.Error != "" {
+			t.Errorf("attempt %d: %s", a.N, a.Error)
+		}
+	}
+	mu.Lock()
+	got := strings.Join(calls, "; ")
+	mu.Unlock()
+	// 4 attempts, 2 at once: a pool of 2 for the second wave, kept at 2
+	// while the first wave starts, then 1, then gone.
+	if want := "set r6 size 2 memory 67108864; set r6 size 1 memory 67108864; remove"; got != want {
+		t.Errorf("pool calls = %q; want %q", got, want)
+	}
+	pools, err := c.Pools(t.Context())
+	if err != nil || len(pools) != 0 {
+		t.Errorf("pools left = %+v, %v; want none", pools, err)
+	}
+
+	mu.Lock()
+	calls = nil
+	mu.Unlock()
+	if _, err := NewRunner(c, "r7", Options{Agent: "true", Attempts: 2, Concurrency: 2, Dir: t.TempDir()}).Run(t.Context(), []*Scenario{s}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRunner(c, "r8", Options{Agent: "true", Attempts: 4, Concurrency: 1, NoPool: true, Dir: t.TempDir()}).Run(t.Context(), []*Scenario{s}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(calls) != 0 {
+		t.Errorf("pool calls = %v; want none when every attempt starts at once, or with NoPool", calls)
+	}
+	mu.Unlock()
+}
+
+// TestRunDurations checks that an attempt records its duration, its
+// agent's, its scorers' and Corral's overhead, the rest.
+func TestRunDurations(t *testing.T) {
+	_, c := fakeClient(t)
+	s := scenario(t, "scorers:\n  - files: [{path: /x}]\n")
+	run, err := NewRunner(c, "r9", Options{Agent: "true", Dir: t.TempDir()}).Run(t.Context(), []*Scenario{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := run.Scenarios[0].Attempts[0]
+	if a.Duration <= 0 || a.Agent.Duration <= 0 || a.Scorers[0].Duration <= 0 || a.Overhead <= 0 {
+		t.Fatalf("attempt durations: total %v, agent %v, scorer %v, overhead %v; want each recorded", a.Duration, a.Agent.Duration, a.Scorers[0].Duration, a.Overhead)
+	}
+	if a.Overhead != a.Duration-a.Agent.Duration-a.Scorers[0].Duration {
+		t.Errorf("overhead %v; want the duration %v less the agent's %v and the scorer's %v", a.Overhead, a.Duration, a.Agent.Duration, a.Scorers[0].Duration)
+	}
+}
+
+// TestRunInterruptedCreate checks that an attempt whose box's create ends
+// with the run (Ctrl-C while the daemon makes it) is recorded as
+// interrupted, not as a failed create.
+func TestRunInterruptedCreate(t *testing.T) {
+	d := clienttest.New()
+	ctx, cancel := context.WithCancel(t.Context())
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), "corral.eval.attempt") {
+			cancel() // Ctrl-C while the attempt's box is made
+			<-r.Context().Done()
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		d.Handler().ServeHTTP(w, r)
+	})
+	mux.Handle("/", d.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := client.New(client.WithHost(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scenario(t, "scorers:\n  - files: [{path: /a}]\n")
+	run, err := NewRunner(c, "r10", Options{Agent: "true", Dir: t.TempDir()}).Run(ctx, []*Scenario{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := run.Scenarios[0].Attempts[0]; a.Error != "interrupted" {
+		t.Errorf("attempt error = %q; want interrupted", a.Error)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/errdefs"
 	"gopkg.in/yaml.v3"
 
+	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/spec"
 	"github.com/corral-sandbox/corral/internal/units"
 )
@@ -47,10 +48,15 @@ type Scenario struct {
 	// CORRAL_EVAL_PROBLEM.
 	Problem string `yaml:"problem"`
 	// Setup are shell commands run in the box before it is snapshotted.
-	Setup     []string   `yaml:"setup"`
-	Timeouts  Timeouts   `yaml:"timeouts"`
-	Scorers   []Scorer   `yaml:"scorers"`
-	Reference *Reference `yaml:"reference"`
+	Setup []string `yaml:"setup"`
+	// Agent is how the agent under test is wired to the box.
+	Agent     AgentWiring `yaml:"agent"`
+	Timeouts  Timeouts    `yaml:"timeouts"`
+	Scorers   []Scorer    `yaml:"scorers"`
+	Reference *Reference  `yaml:"reference"`
+	// Counterexamples are known failed attempts (corral eval capture
+	// records the captured box's); validate checks that none scores 1.
+	Counterexamples []Counterexample `yaml:"counterexamples"`
 
 	// File is the scenario's path and Dir its directory (test files and
 	// patches are relative to it); set by Load.
@@ -76,6 +82,49 @@ type Environment struct {
 	Network        *Network `yaml:"network"`
 	ScoringNetwork *Network `yaml:"scoring_network"`
 }
+
+// Wirings of the agent under test.
+const (
+	// WiringHost runs the agent command on the host; it drives the box
+	// through the CLI, the SDK or MCP.
+	WiringHost = "host"
+	// WiringBox runs the agent command inside the box (exec).
+	WiringBox = "box"
+)
+
+// AgentWiring says where the agent command runs and what it gets.
+type AgentWiring struct {
+	// Wiring is host (default) or box.
+	Wiring string `yaml:"wiring"`
+	// Install are shell commands run in the box after setup, before the
+	// prepared state is snapshotted (the agent's install, once per
+	// scenario).
+	Install []string `yaml:"install"`
+	// Secrets are stored secrets (corral secret set) bound to each
+	// attempt's box: NAME, or NAME=HOST,... to name the hosts that may
+	// receive the value. The box gets a placeholder under NAME, which the
+	// egress proxy replaces on requests to those hosts.
+	Secrets []string `yaml:"secrets"`
+}
+
+// InBox reports whether the agent runs inside the box.
+func (s *Scenario) InBox() bool { return s.Agent.Wiring == WiringBox }
+
+// secretBindings parses the agent's secrets.
+func (a *AgentWiring) secretBindings() []client.SecretBinding {
+	var out []client.SecretBinding
+	for _, v := range a.Secrets {
+		name, hosts, ok := strings.Cut(v, "=")
+		b := client.SecretBinding{Name: name}
+		if ok {
+			b.Hosts = strings.Split(hosts, ",")
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+var secretNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Limits are the box's resource limits; zero means the daemon's default.
 type Limits struct {
@@ -142,6 +191,16 @@ type Reference struct {
 	Patch    string   `yaml:"patch"`
 	Dir      string   `yaml:"dir"`
 	Commands []string `yaml:"commands"`
+}
+
+// Counterexample is a failed attempt: the patch of what it changed
+// (relative to the scenario's directory, applied as a reference patch is)
+// and, for people, its trajectory and a note.
+type Counterexample struct {
+	Patch      string `yaml:"patch"`
+	Dir        string `yaml:"dir,omitempty"`
+	Trajectory string `yaml:"trajectory,omitempty"`
+	Note       string `yaml:"note,omitempty"`
 }
 
 // Kind names the scorer's kind: command, tests, script or files.
@@ -271,6 +330,10 @@ func (s *Scenario) checkFiles() error {
 	if s.Reference != nil {
 		check("reference.patch", s.Reference.Patch)
 	}
+	for i, ce := range s.Counterexamples {
+		check(fmt.Sprintf("counterexamples[%d].patch", i), ce.Patch)
+		check(fmt.Sprintf("counterexamples[%d].trajectory", i), ce.Trajectory)
+	}
 	return errors.Join(errs...)
 }
 
@@ -372,6 +435,19 @@ func (d *decoder) check(s *Scenario) {
 			d.errorf(p+".mode", "%q is not a mode: want none, allowlist or full", nw.Mode)
 		}
 	}
+	switch s.Agent.Wiring {
+	case "", WiringHost, WiringBox:
+	default:
+		d.errorf("agent.wiring", "%q is not a wiring: want host (the agent runs on this host) or box (inside the box)", s.Agent.Wiring)
+	}
+	for i, v := range s.Agent.Secrets {
+		name, hosts, ok := strings.Cut(v, "=")
+		if !secretNameRe.MatchString(name) {
+			d.errorf(fmt.Sprintf("agent.secrets[%d]", i), "%q: want NAME or NAME=HOST,... with NAME a variable name (letters, digits, _)", v)
+		} else if ok && (hosts == "" || slices.Contains(strings.Split(hosts, ","), "")) {
+			d.errorf(fmt.Sprintf("agent.secrets[%d]", i), "%q: an empty host: want NAME=HOST,...", v)
+		}
+	}
 	if strings.TrimSpace(s.Problem) == "" {
 		d.errorf("problem", "is required: the statement the agent gets")
 	}
@@ -451,6 +527,15 @@ func (d *decoder) check(s *Scenario) {
 		}
 		if r.Dir != "" && !strings.HasPrefix(r.Dir, "/") {
 			d.errorf("reference.dir", "%q is not an absolute path", r.Dir)
+		}
+	}
+	for i, ce := range s.Counterexamples {
+		p := fmt.Sprintf("counterexamples[%d]", i)
+		if ce.Patch == "" {
+			d.errorf(p+".patch", "is required: the failed attempt's patch, relative to the scenario")
+		}
+		if ce.Dir != "" && !strings.HasPrefix(ce.Dir, "/") {
+			d.errorf(p+".dir", "%q is not an absolute path", ce.Dir)
 		}
 	}
 }

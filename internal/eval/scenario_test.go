@@ -85,6 +85,10 @@ func TestParseErrors(t *testing.T) {
 		{"repeated", good + "problem: y\n", "t.yaml:5: problem: repeated (first at line 2)"},
 		{"yaml syntax", "problem: [x\n", "t.yaml:1: did not find expected"},
 		{"not a mapping", "- a\n", "t.yaml:1: want a mapping of fields"},
+		{"bad wiring", good + "agent: {wiring: cloud}\n", `t.yaml:5: agent.wiring: "cloud" is not a wiring`},
+		{"bad secret", good + "agent:\n  secrets: [API-KEY]\n", `t.yaml:6: agent.secrets[0]: "API-KEY": want NAME or NAME=HOST`},
+		{"empty secret host", good + "agent:\n  secrets: [\"KEY=a,\"]\n", `t.yaml:6: agent.secrets[0]: "KEY=a,": an empty host`},
+		{"counterexample without patch", good + "counterexamples: [{note: x}]\n", "t.yaml:5: counterexamples[0].patch: is required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,4 +146,24 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse accepted a scenario without a problem or scorers: %q", data)
 		}
 	})
+}
+
+// TestCheckAgentFor checks that the agent's program is looked up on the
+// host only when a scenario runs it there.
+func TestCheckAgentFor(t *testing.T) {
+	host := &Scenario{}
+	box := &Scenario{Agent: AgentWiring{Wiring: WiringBox}}
+	if err := CheckAgentFor("/opt/agent/run", []*Scenario{box}); err != nil {
+		t.Errorf("in-box agent: %v; want no host lookup", err)
+	}
+	if err := CheckAgentFor("/opt/agent/run", []*Scenario{box, host}); !errdefs.IsNotFound(err) {
+		t.Errorf("agent for a host scenario: %v; want not found", err)
+	}
+	if err := CheckAgentFor(" ", []*Scenario{box}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("empty agent: %v; want invalid argument", err)
+	}
+	bs := (&AgentWiring{Secrets: []string{"A", "B=x.example,y.example"}}).secretBindings()
+	if len(bs) != 2 || bs[0].Name != "A" || bs[0].Hosts != nil || bs[1].Name != "B" || len(bs[1].Hosts) != 2 {
+		t.Errorf("secretBindings = %+v", bs)
+	}
 }

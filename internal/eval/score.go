@@ -57,9 +57,9 @@ type ScorerResult struct {
 
 // Score runs scorer i of s against box and never fails: a scorer that
 // cannot run scores 0 with a Reason.
-func Score(ctx context.Context, box Box, s *Scenario, i int) ScorerResult {
+func Score(ctx context.Context, box Box, s *Scenario, i int) (r ScorerResult) {
 	sc := s.Scorers[i]
-	r := ScorerResult{Name: sc.Name, Kind: sc.Kind(), Weight: sc.Weight}
+	r = ScorerResult{Name: sc.Name, Kind: sc.Kind(), Weight: sc.Weight}
 	timeout := s.ScorerTimeout(i)
 	start := time.Now()
 	defer func() { r.Duration = time.Since(start) }()
