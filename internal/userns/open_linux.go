@@ -166,10 +166,11 @@ func hold(r Range, flags uintptr, cred *syscall.Credential) (*Holder, error) {
 	cmd.Env = []string{fmt.Sprintf("%s=%d", ownerEnv, unix.CLONE_NEWUSER|flags)}
 	stderr := new(bytes.Buffer)
 	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: cred,
-		Pdeathsig:  syscall.SIGKILL,
-	}
+	// No parent-death signal: the kernel sends it when the OS thread that
+	// started the child ends, and Go ends threads whose goroutine exits
+	// locked (namespace work), which killed holders of concurrent creates.
+	// The owner exits when its stdin closes, which a dead daemon's does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	w, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("user namespace %s: %w", r, err)

@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/osthread"
 )
 
 // ownerOf is the host uid that owns the user namespace of h.
@@ -74,5 +77,52 @@ func TestHoldOwner(t *testing.T) {
 	}
 	if owner != 0 {
 		t.Errorf("fallback user namespace owned by host uid %d, want 0", owner)
+	}
+}
+
+// TestHoldOutlivesItsThread checks that a holder does not die with the OS
+// thread that started it. Go ends a thread whose goroutine exits while
+// locked to it (osthread.Throwaway, a failed return from a namespace),
+// and any goroutine may have started a holder on that thread before: with
+// a parent-death signal tied to the thread, concurrent creates failed with
+// "holder: signal: killed".
+func TestHoldOutlivesItsThread(t *testing.T) {
+	if os.Getenv("CORRAL_TEST_PRIVILEGED") != "1" || os.Geteuid() != 0 {
+		t.Skip("needs root and CORRAL_TEST_PRIVILEGED=1")
+	}
+	r := Range{HostID: 1<<31 + 9*Size, Size: Size}
+	type started struct {
+		h   *Holder
+		tid int
+		err error
+	}
+	ch := make(chan started, 1)
+	osthread.Throwaway(func() { // the thread ends with this function
+		h, err := Hold(r, unix.CLONE_NEWNET)
+		ch <- started{h, unix.Gettid(), err}
+	})
+	s := <-ch
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	task := fmt.Sprintf("/proc/self/task/%d", s.tid)
+	for i := 0; ; i++ {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("thread %d did not end", s.tid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The holder must still hold its namespaces after the thread ended.
+	f, err := os.Open(s.h.NSPath("net"))
+	if err != nil {
+		t.Errorf("the holder's network namespace is gone after its starting thread ended: %v", err)
+	} else {
+		f.Close()
+	}
+	if err := s.h.Release(); err != nil {
+		t.Errorf("Release: %v", err)
 	}
 }
