@@ -100,3 +100,16 @@ func TestE2BBaseTemplate(t *testing.T) {
 	}
 	runSDKTests(t, ctx, d, dir, "base.test.mjs")
 }
+
+// TestE2BTemplateBuild builds templates with the SDK's Template builder
+// (integration/e2b/template.test.mjs) from the built-in busybox image and
+// checks that the builds leave no template behind.
+func TestE2BTemplateBuild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d, dir := startE2B(t, ctx)
+	runSDKTests(t, ctx, d, dir, "template.test.mjs")
+	if out := d.must("image", "ls"); strings.Contains(out, "it-tpl-") {
+		t.Errorf("templates left after the SDK tests:\n%s", out)
+	}
+}

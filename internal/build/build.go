@@ -230,9 +230,9 @@ func (st *state) step(ctx context.Context, i, n int, name string, step spec.Step
 			err = &StepError{Step: i, Name: name, ExitCode: -1, Reason: err.Error()}
 		}
 	case "packages":
-		layer, err = st.run(ctx, i, name, packagesScript(step.Packages))
+		layer, err = st.run(ctx, i, name, packagesScript(step.Packages), "", "")
 	case "run":
-		layer, err = st.run(ctx, i, name, step.Run)
+		layer, err = st.run(ctx, i, name, step.Run, step.User, step.Workdir)
 	default:
 		err = fmt.Errorf("step %d: unknown kind %q: %w", i, step.Kind, errdefs.ErrInvalidArgument)
 	}

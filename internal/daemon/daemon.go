@@ -519,11 +519,16 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		return cs.close, err
 	}
 	cs.add(stopStats)
+	builder := build.New(d.images, d.manager)
 	e2b, err := e2bapi.New(e2bapi.Config{
 		Manager: d.manager,
 		Images:  d.images,
 		Secrets: d.secrets,
 		Stats:   d.obs.sampler,
+		// Template builds (Template.build) are corral builds.
+		Builder:        builder,
+		TemplateImages: d.images,
+		TemplateDir:    filepath.Join(cfg.Root, "e2b-templates"),
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
 				return
@@ -547,7 +552,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Manager:       d.manager,
 		Agents:        d.agents,
 		Images:        d.images,
-		Builder:       build.New(d.images, d.manager),
+		Builder:       builder,
 		UploadDir:     uploads,
 		System:        d,
 		Limits:        httpapi.Limits{RequestsPerSecond: cfg.Limits.RequestsPerSecond, Burst: cfg.Limits.RequestBurst},

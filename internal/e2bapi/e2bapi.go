@@ -93,6 +93,12 @@ type Config struct {
 	Now func() time.Time
 	// Stats serves the sandbox metrics routes; nil answers 501.
 	Stats Stats
+	// Builder, TemplateImages and TemplateDir (where templates' records
+	// and uploaded files are kept) serve template builds; without any of
+	// them those routes answer 501.
+	Builder        Builder
+	TemplateImages TemplateImages
+	TemplateDir    string
 }
 
 // API serves E2B's control plane.
@@ -101,6 +107,9 @@ type API struct {
 	// secretMu makes a secret's create (409 when it exists) and update
 	// (404 when it does not) one step.
 	secretMu sync.Mutex
+	// recordMu serializes changes to template records.
+	recordMu sync.Mutex
+	tmpl     templates
 }
 
 // New returns an API for cfg.
@@ -116,7 +125,7 @@ func New(cfg Config) (*API, error) {
 
 // Routes returns the handlers by ServeMux pattern (httpapi.RouteSet).
 func (a *API) Routes() map[string]http.HandlerFunc {
-	return map[string]http.HandlerFunc{
+	r := map[string]http.HandlerFunc{
 		"POST /sandboxes":                 a.create,
 		"POST /v2/sandboxes":              a.create,
 		"GET /sandboxes":                  a.listV1,
@@ -142,6 +151,8 @@ func (a *API) Routes() map[string]http.HandlerFunc {
 		"POST /secrets/{id}":              a.updateSecret,
 		"DELETE /secrets/{id}":            a.deleteSecret,
 	}
+	a.templateRoutes(r)
+	return r
 }
 
 // notYet answers 501 for a route of E2B's API that Corral does not serve
