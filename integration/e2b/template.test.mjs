@@ -42,6 +42,8 @@ test('Template.build: copy, setEnvs, setWorkdir, runCmd; sandboxes from the temp
     .copy('notes.txt', '/opt/notes.txt', { mode: 0o600 })
     .runCmd('echo "$GREETING" > built.txt && id -un > who.txt')
     .runCmd('id -un > /root-who.txt', { user: 'root' })
+    // The SDK runs commands with /bin/bash -l -c; busybox's sh takes that.
+    .runCmd(`printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`, { user: 'root' })
   templates.push(name)
   let logs = []
   const info = await Template.build(tpl, `${name}:v1`, { onBuildLogs: (e) => logs.push(e.message), cpuCount: 1, memoryMB: 256 })
@@ -54,7 +56,7 @@ test('Template.build: copy, setEnvs, setWorkdir, runCmd; sandboxes from the temp
   const sbx = await Sandbox.create(name, { timeoutMs: 60_000 })
   made.push(sbx.sandboxId)
   // E2B's defaults: the user "user"; the last WORKDIR; ENV in every step.
-  const r = await sbx.commands.run('pwd; id -un; echo "$GREETING"; cat built.txt who.txt /root-who.txt; sh app/main.sh; cat /opt/notes.txt; stat -c %a /opt/notes.txt')
+  const r = await sbx.commands.run('pwd; id -un; echo "$GREETING"; cat built.txt who.txt /root-who.txt; sh app/main.sh; cat /opt/notes.txt; stat -c %a /opt/notes.txt').catch((e) => { throw new Error(`exit ${e.exitCode}: ${e.stdout} | ${e.stderr}`) })
   assert.equal(r.stdout, '/srv\nuser\nhi from template\nhi from template\nuser\nroot\nfrom app\nnotes\n600\n')
   const tagged = await Sandbox.create(`${name}:v1`, { timeoutMs: 60_000 })
   made.push(tagged.sandboxId)
@@ -63,7 +65,7 @@ test('Template.build: copy, setEnvs, setWorkdir, runCmd; sandboxes from the temp
   // The same template again comes from the build cache.
   logs = []
   await Template.build(tpl, name, { onBuildLogs: (e) => logs.push(e.message) })
-  assert.ok(logs.filter((l) => l.includes('CACHED')).length >= 4, `rebuild logs ${JSON.stringify(logs)}; want its steps CACHED`)
+  assert.ok(logs.filter((l) => l.includes('CACHED')).length >= 5, `rebuild logs ${JSON.stringify(logs)}; want its steps CACHED`)
 })
 
 test('Template.build: a failing step, and what Corral does not build, throw BuildError', async () => {

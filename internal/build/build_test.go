@@ -96,7 +96,7 @@ func TestSetupScript(t *testing.T) {
 		t.Errorf("setup for nothing = %q", s)
 	}
 	s := setupScript(&spec.Spec{User: "agent", Workdir: "/work space"})
-	for _, want := range []string{"id -u agent", "useradd -m", "adduser -D", "mkdir -p '/work space'", "chown 'agent' '/work space'"} {
+	for _, want := range []string{"id -u 'agent'", "useradd -m", "adduser -D", ">> /etc/passwd", "mkdir -p '/work space'", "chown 'agent' '/work space'"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("setup script lacks %q:\n%s", want, s)
 		}

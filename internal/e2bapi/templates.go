@@ -336,7 +336,14 @@ func (a *API) requestBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	now := a.cfg.Now().UTC()
 	id := newBuildID()
-	rec.Tags, rec.CPUs, rec.MemoryMB = tags, res.CPUs, res.Memory>>20
+	// Tags stay with the images of the builds that made them: the record
+	// keeps every tag, for DELETE.
+	for _, t := range tags {
+		if !slices.Contains(rec.Tags, t) {
+			rec.Tags = append(rec.Tags, t)
+		}
+	}
+	rec.CPUs, rec.MemoryMB = res.CPUs, res.Memory>>20
 	rec.Builds = append(rec.Builds, buildRecord{ID: id, Status: statusWaiting, Created: now, Updated: now})
 	if n := len(rec.Builds); n > maxRecordBuilds {
 		rec.Builds = rec.Builds[n-maxRecordBuilds:]
@@ -632,12 +639,7 @@ func ensureUser(user string) string {
 	if user == "root" || strings.Trim(user, "0123456789") == "" {
 		return ""
 	}
-	q := shellQuote(user)
-	return `PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
-if ! id -u ` + q + ` >/dev/null 2>&1; then
-  if command -v useradd >/dev/null 2>&1; then useradd -m -s /bin/sh ` + q + `
-  else adduser -D ` + q + `; fi
-fi`
+	return build.UserScript(user)
 }
 
 // makeDir is a script that makes dir, owned by user, unless it exists.
@@ -1141,10 +1143,13 @@ func (a *API) deleteBuilt(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range rec.Builds {
-		if b.Status == statusWaiting || b.Status == statusBuilding {
-			if _, err := a.tmpl.get(name, b.ID); err == nil {
-				return fmt.Errorf("template %s: build %s is %s: wait for its end: %w", name, b.ID, b.Status, errdefs.ErrFailedPrecondition)
+	for _, rb := range rec.Builds {
+		if b, err := a.tmpl.get(name, rb.ID); err == nil {
+			b.mu.Lock()
+			building := b.status == statusBuilding
+			b.mu.Unlock()
+			if building {
+				return fmt.Errorf("template %s: build %s is under way: wait for its end: %w", name, rb.ID, errdefs.ErrFailedPrecondition)
 			}
 		}
 	}

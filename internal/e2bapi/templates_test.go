@@ -276,6 +276,15 @@ func TestTemplateBuild(t *testing.T) {
 	if code, out, _ := f.do(t, "GET", "/templates/aliases/nope", ""); code != http.StatusNotFound {
 		t.Errorf("alias nope = %d %s; want 404", code, out)
 	}
+	// A build without tags leaves the earlier tags (on the earlier
+	// image); DELETE removes them too.
+	_, out, _ = f.do(t, "POST", "/v3/templates", `{"name": "my-tpl"}`)
+	var again templateRequested
+	_ = json.Unmarshal([]byte(out), &again)
+	if code, out, _ := f.do(t, "POST", "/v2/templates/my-tpl/builds/"+again.BuildID, `{"fromImage": "host"}`); code != http.StatusAccepted {
+		t.Fatalf("start a second build = %d %s", code, out)
+	}
+	waitBuild(t, f, "my-tpl", again.BuildID)
 	if code, out, _ := f.do(t, "DELETE", "/templates/my-tpl", ""); code != http.StatusNoContent {
 		t.Fatalf("DELETE /templates/my-tpl = %d %s; want 204", code, out)
 	}
