@@ -138,7 +138,8 @@ func tgz(t *testing.T, files map[string]string) []byte {
 func waitBuild(t *testing.T, f *fixture, tpl, id string) (buildInfo, []logEntry) {
 	t.Helper()
 	var all []logEntry
-	for range 1000 {
+	for t.Context().Err() == nil { // until it ends, or the test's deadline
+
 		code, out, _ := f.do(t, "GET", fmt.Sprintf("/templates/%s/builds/%s/status?logsOffset=%d", tpl, id, len(all)), "")
 		if code != http.StatusOK {
 			t.Fatalf("build status = %d %s", code, out)
@@ -153,7 +154,7 @@ func waitBuild(t *testing.T, f *fixture, tpl, id string) (buildInfo, []logEntry)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatal("the build did not end")
+	t.Fatal("the build did not end before the test's deadline")
 	return buildInfo{}, nil
 }
 
