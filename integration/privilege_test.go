@@ -15,7 +15,7 @@ import (
 // TestAllowPrivilegeEscalation builds two images from busybox that differ
 // only in allow_privilege_escalation, each with a set-user-ID root program
 // and the default user agent: only the one that opts in runs without
-// no_new_privs and lets the program become root, and so does a box from
+// no_new_privs (its build steps too) and lets the program become root, and so does a box from
 // a snapshot of its box. The sandbox and the image say so.
 func TestAllowPrivilegeEscalation(t *testing.T) {
 	dir := t.TempDir()
@@ -30,19 +30,21 @@ copy:
   - {src: euid, dst: /usr/local/bin/euid}
 run:
   - chmod 4755 /usr/local/bin/euid
+  - grep NoNewPrivs /proc/self/status > /build-nnp
 user: agent
 build: {network: none}
 `
 	for name, extra := range map[string]string{"it-setuid": "allow_privilege_escalation: true\n", "it-plain": ""} {
 		d.must("build", "-t", name, "-f", writeSpec(t, dir, body+extra))
 	}
-	probe := "grep NoNewPrivs /proc/self/status; /usr/local/bin/euid"
+	// The build's own steps run as the image's boxes do (/build-nnp).
+	probe := "grep NoNewPrivs /proc/self/status; /usr/local/bin/euid; cat /build-nnp"
 	for _, tc := range []struct {
 		image, want string
 		allowed     bool
 	}{
-		{"it-setuid", "NoNewPrivs:\t0\nuid=1000 euid=0\n", true},
-		{"it-plain", "NoNewPrivs:\t1\nuid=1000 euid=1000\n", false},
+		{"it-setuid", "NoNewPrivs:\t0\nuid=1000 euid=0\nNoNewPrivs:\t0\n", true},
+		{"it-plain", "NoNewPrivs:\t1\nuid=1000 euid=1000\nNoNewPrivs:\t1\n", false},
 		{"busybox", "NoNewPrivs:\t1\n", false},
 	} {
 		id := d.create("--image", tc.image)

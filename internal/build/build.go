@@ -211,7 +211,13 @@ func (st *state) step(ctx context.Context, i, n int, name string, step spec.Step
 		}
 		inputs = h
 	}
-	key := cacheKey(st.parent, step.Canonical(), inputs, st.env)
+	canon := step.Canonical()
+	if st.sp.AllowPrivilegeEscalation && step.Kind != spec.KindCopy {
+		// Such steps run without no_new_privs (sudo works in them), so
+		// their results are not those of the same step without it.
+		canon += " allow_privilege_escalation"
+	}
+	key := cacheKey(st.parent, canon, inputs, st.env)
 	if !st.o.NoCache {
 		if layer, ok := st.b.images.CacheGet(key); ok {
 			st.cached++

@@ -26,6 +26,8 @@ func (st *state) run(ctx context.Context, i int, name, script, user, workdir str
 		Base: &sandbox.Image{
 			Name: st.base.Name, TopLayer: st.parent, Env: st.env, Workdir: "/",
 			Binds: st.base.Binds,
+			// A spec that lets its sandboxes use sudo lets its steps too.
+			AllowPrivilegeEscalation: sp.AllowPrivilegeEscalation,
 		},
 		Resources: sandbox.Resources{
 			CPUs: sp.Resources.CPUs, MemoryBytes: sp.Resources.Memory,

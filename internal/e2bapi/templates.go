@@ -512,7 +512,8 @@ type planned struct {
 // missing; WORKDIR makes the directory; a relative COPY destination is
 // taken from the WORKDIR. The last USER and WORKDIR are the sandboxes'
 // defaults (E2B's "user" and "/home/user" when none is given).
-func plan(name string, t templateStart, res spec.Resources, fromLocal func(string) bool) (*planned, error) {
+func plan(name string, t templateStart, res spec.Resources, lookup func(string) (sandbox.Image, bool)) (*planned, error) {
+	fromLocal := func(n string) bool { _, ok := lookup(n); return ok }
 	sp := &spec.Spec{Name: name, Resources: res, Env: map[string]string{}}
 	switch {
 	case len(t.FromImageRegistry) > 0 && string(t.FromImageRegistry) != "null":
@@ -531,6 +532,11 @@ func plan(name string, t templateStart, res spec.Resources, fromLocal func(strin
 		if sp.From == BaseTemplate && !fromLocal(BaseTemplate) {
 			return nil, fmt.Errorf("fromImage %q is E2B's base image: Corral's is the base template, which is not built yet: run corral e2b setup: %w", t.FromImage, errdefs.ErrNotFound)
 		}
+	}
+	// E2B's templates all have sudo: one built on a Corral image keeps
+	// that image's allow_privilege_escalation (the base template's is on).
+	if img, ok := lookup(strings.TrimPrefix(sp.From, "docker://")); ok {
+		sp.AllowPrivilegeEscalation = img.AllowPrivilegeEscalation
 	}
 	p := &planned{spec: sp}
 	add := func(origin string, st spec.Step) {
@@ -672,9 +678,9 @@ func (a *API) startBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
-	p, err := plan(b.template, t, b.spec, func(name string) bool {
-		_, err := a.cfg.TemplateImages.Get(ctx, name)
-		return err == nil
+	p, err := plan(b.template, t, b.spec, func(name string) (sandbox.Image, bool) {
+		img, err := a.cfg.TemplateImages.Get(ctx, name)
+		return img, err == nil
 	})
 	if err != nil {
 		a.fail(w, r, err)

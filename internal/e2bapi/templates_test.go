@@ -371,3 +371,35 @@ func TestTemplateBuildRefuses(t *testing.T) {
 		t.Errorf("refused builds built %d images; want none", len(b.opts))
 	}
 }
+
+// TestTemplateKeepsPrivilegeEscalation: a template built on an image that
+// allows privilege escalation (the base template, for sudo) allows it
+// too; one on another image does not.
+func TestTemplateKeepsPrivilegeEscalation(t *testing.T) {
+	f, b, _ := newTemplateFixture(t)
+	f.m.mu.Lock()
+	f.m.images["base"] = sandbox.Image{Name: "base", AllowPrivilegeEscalation: true}
+	f.m.mu.Unlock()
+	for _, tc := range []struct {
+		name, from string
+		want       bool
+	}{
+		{"on-base", `{"fromImage": "e2bdev/base"}`, true},
+		{"on-base-template", `{"fromTemplate": "base"}`, true},
+		{"on-host", `{"fromImage": "host"}`, false},
+	} {
+		_, out, _ := f.do(t, "POST", "/v3/templates", `{"name": "`+tc.name+`"}`)
+		var req templateRequested
+		_ = json.Unmarshal([]byte(out), &req)
+		if code, out, _ := f.do(t, "POST", "/v2/templates/"+tc.name+"/builds/"+req.BuildID, tc.from); code != http.StatusAccepted {
+			t.Fatalf("%s: start build = %d %s", tc.name, code, out)
+		}
+		waitBuild(t, f, tc.name, req.BuildID)
+		b.mu.Lock()
+		got := b.opts[len(b.opts)-1].Spec.AllowPrivilegeEscalation
+		b.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("%s: allow_privilege_escalation %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}
