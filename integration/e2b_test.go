@@ -81,7 +81,7 @@ func TestE2BSDK(t *testing.T) {
 
 // TestE2BBaseTemplate builds the built-in template base with corral e2b
 // setup, as docs/e2b.md tells a user to, and checks it through the SDK's
-// default template. It needs debootstrap and the host's Debian mirror.
+// default template and a template built on it. It needs debootstrap and the host's Debian mirror.
 func TestE2BBaseTemplate(t *testing.T) {
 	requireBootstrap(t, "bookworm")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
