@@ -529,6 +529,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Builder:        builder,
 		TemplateImages: d.images,
 		TemplateDir:    filepath.Join(cfg.Root, "e2b-templates"),
+		Context:        ctx,
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
 				return

@@ -15,6 +15,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -99,6 +101,9 @@ type Config struct {
 	Builder        Builder
 	TemplateImages TemplateImages
 	TemplateDir    string
+	// Context is the daemon's lifetime: template builds, which outlive
+	// their request, stop with it. Nil means they run to their end.
+	Context context.Context
 }
 
 // API serves E2B's control plane.
@@ -119,6 +124,15 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.TemplateDir != "" {
+		// Build contexts a killed daemon left behind.
+		old, _ := filepath.Glob(filepath.Join(cfg.TemplateDir, ".context-*"))
+		for _, p := range old {
+			if err := os.RemoveAll(p); err != nil {
+				return nil, fmt.Errorf("e2bapi: clean template build contexts: %w", err)
+			}
+		}
 	}
 	return &API{cfg: cfg}, nil
 }

@@ -677,7 +677,10 @@ func (a *API) startBuild(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	ctx := context.WithoutCancel(r.Context())
+	ctx := a.cfg.Context
+	if ctx == nil {
+		ctx = context.WithoutCancel(r.Context())
+	}
 	p, err := plan(b.template, t, b.spec, func(name string) (sandbox.Image, bool) {
 		img, err := a.cfg.TemplateImages.Get(ctx, name)
 		return img, err == nil
@@ -1051,15 +1054,14 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	slices.SortFunc(imgs, func(x, y sandbox.Image) int { return strings.Compare(x.Name, y.Name) })
-	q := r.URL.Query()
-	if r.URL.Path == "/templates" {
-		q.Del("limit") // v1 has no pages
-		q.Set("limit", strconv.Itoa(maxLimit))
-	}
-	page, next, err := paginate(q, imgs, func(img sandbox.Image) string { return img.Name })
-	if err != nil {
-		a.fail(w, r, err)
-		return
+	page, next := imgs, ""
+	if r.URL.Path != "/templates" { // v1 has no pages
+		var err error
+		page, next, err = paginate(r.URL.Query(), imgs, func(img sandbox.Image) string { return img.Name })
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
 	}
 	out := make([]templateJSON, 0, len(page))
 	for _, img := range page {
@@ -1071,7 +1073,7 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, templateOf(img, rec))
 	}
-	if next != "" && r.URL.Path != "/templates" {
+	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
 	writeJSON(w, http.StatusOK, out)

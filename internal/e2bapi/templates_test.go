@@ -403,3 +403,25 @@ func TestTemplateKeepsPrivilegeEscalation(t *testing.T) {
 		}
 	}
 }
+
+// TestListTemplates: v2 pages with X-Next-Token; v1 has every template in
+// one answer.
+func TestListTemplates(t *testing.T) {
+	f, _, _ := newTemplateFixture(t)
+	f.m.mu.Lock()
+	for i := range 150 {
+		n := fmt.Sprintf("img-%03d", i)
+		f.m.images[n] = sandbox.Image{Name: n}
+	}
+	f.m.mu.Unlock()
+	var all []templateJSON
+	code, out, _ := f.do(t, "GET", "/templates", "")
+	if err := json.Unmarshal([]byte(out), &all); err != nil || code != http.StatusOK || len(all) != 151 {
+		t.Errorf("GET /templates = %d, %d templates; want all 151 (150 and host)", code, len(all))
+	}
+	code, out, h := f.do(t, "GET", "/v2/templates?limit=100", "")
+	var page []templateJSON
+	if err := json.Unmarshal([]byte(out), &page); err != nil || code != http.StatusOK || len(page) != 100 || h.Get("X-Next-Token") == "" {
+		t.Errorf("GET /v2/templates = %d, %d templates, next %q; want a page of 100 and a next token", code, len(page), h.Get("X-Next-Token"))
+	}
+}
