@@ -68,6 +68,24 @@ test('Template.build: copy, setEnvs, setWorkdir, runCmd; sandboxes from the temp
   assert.ok(logs.filter((l) => l.includes('CACHED')).length >= 5, `rebuild logs ${JSON.stringify(logs)}; want its steps CACHED`)
 })
 
+test('Template.build: fromDockerfile (root in / while building, then E2B\'s user)', async () => {
+  const t = `${name}-df`
+  templates.push(t)
+  writeFileSync(path.join(ctx, 'notes.txt'), 'notes\n')
+  const dockerfile = `FROM busybox
+ENV MODE=docker
+WORKDIR /app
+COPY notes.txt ./
+RUN echo "$MODE" > mode.txt && id -un > builder.txt
+RUN echo '#!/bin/sh' > /bin/bash && echo 'exec /bin/sh "$@"' >> /bin/bash && chmod 755 /bin/bash
+`
+  await Template.build(Template({ fileContextPath: ctx }).fromDockerfile(dockerfile), t)
+  const sbx = await Sandbox.create(t, { timeoutMs: 60_000 })
+  made.push(sbx.sandboxId)
+  const r = await sbx.commands.run('pwd; id -un; cat mode.txt builder.txt notes.txt')
+  assert.equal(r.stdout, '/app\nuser\ndocker\nroot\nnotes\n')
+})
+
 test('Template.build: a failing step, and what Corral does not build, throw BuildError', async () => {
   templates.push(`${name}-bad`, `${name}-start`)
   await assert.rejects(
