@@ -81,7 +81,7 @@ func TestE2BSDK(t *testing.T) {
 
 // TestE2BBaseTemplate builds the built-in template base with corral e2b
 // setup, as docs/e2b.md tells a user to, and checks it through the SDK's
-// default template. It needs debootstrap and the host's Debian mirror.
+// default template and a template built on it. It needs debootstrap and the host's Debian mirror.
 func TestE2BBaseTemplate(t *testing.T) {
 	requireBootstrap(t, "bookworm")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -99,4 +99,17 @@ func TestE2BBaseTemplate(t *testing.T) {
 		t.Errorf("a second corral e2b setup printed\n%s\nwant its steps CACHED", out)
 	}
 	runSDKTests(t, ctx, d, dir, "base.test.mjs")
+}
+
+// TestE2BTemplateBuild builds templates with the SDK's Template builder
+// (integration/e2b/template.test.mjs) from the built-in busybox image and
+// checks that the builds leave no template behind.
+func TestE2BTemplateBuild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d, dir := startE2B(t, ctx)
+	runSDKTests(t, ctx, d, dir, "template.test.mjs")
+	if out := d.must("image", "ls"); strings.Contains(out, "it-tpl-") {
+		t.Errorf("templates left after the SDK tests:\n%s", out)
+	}
 }

@@ -2,7 +2,7 @@
 // template: integration/e2b_test.go builds it and runs this file.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox } from 'e2b'
+import { Sandbox, Template } from 'e2b'
 
 const made = []
 after(async () => {
@@ -27,4 +27,16 @@ test('base: the default template has user "user", its home, bash, python3, git a
   assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
   assert.equal((await sbx.commands.run('sudo -n true && sudo -n whoami')).stdout, 'root\n')
   assert.equal((await sbx.commands.run('grep NoNewPrivs /proc/self/status')).stdout, 'NoNewPrivs:\t0\n')
+})
+
+test('base: a template built on it (fromBaseImage) keeps sudo, in its build steps and sandboxes', async () => {
+  const name = `it-on-base-${Math.random().toString(36).slice(2, 10)}`
+  try {
+    await Template.build(Template().fromBaseImage().runCmd('sudo -n whoami > step-sudo'), name)
+    const sbx = await Sandbox.create(name, { timeoutMs: 120_000 })
+    made.push(sbx.sandboxId)
+    assert.equal((await sbx.commands.run('whoami; cat step-sudo; sudo -n whoami')).stdout, 'user\nroot\nroot\n')
+  } finally {
+    await fetch(`${process.env.E2B_API_URL}/templates/${name}`, { method: 'DELETE', headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+  }
 })

@@ -211,7 +211,13 @@ func (st *state) step(ctx context.Context, i, n int, name string, step spec.Step
 		}
 		inputs = h
 	}
-	key := cacheKey(st.parent, step.Canonical(), inputs, st.env)
+	canon := step.Canonical()
+	if st.sp.AllowPrivilegeEscalation && step.Kind != spec.KindCopy {
+		// Such steps run without no_new_privs (sudo works in them), so
+		// their results are not those of the same step without it.
+		canon += " allow_privilege_escalation"
+	}
+	key := cacheKey(st.parent, canon, inputs, st.env)
 	if !st.o.NoCache {
 		if layer, ok := st.b.images.CacheGet(key); ok {
 			st.cached++
@@ -230,9 +236,9 @@ func (st *state) step(ctx context.Context, i, n int, name string, step spec.Step
 			err = &StepError{Step: i, Name: name, ExitCode: -1, Reason: err.Error()}
 		}
 	case "packages":
-		layer, err = st.run(ctx, i, name, packagesScript(step.Packages))
+		layer, err = st.run(ctx, i, name, packagesScript(step.Packages), "", "")
 	case "run":
-		layer, err = st.run(ctx, i, name, step.Run)
+		layer, err = st.run(ctx, i, name, step.Run, step.User, step.Workdir)
 	default:
 		err = fmt.Errorf("step %d: unknown kind %q: %w", i, step.Kind, errdefs.ErrInvalidArgument)
 	}
@@ -271,18 +277,11 @@ apt-get clean
 rm -rf /var/lib/apt/lists/*`
 }
 
-// setupScript creates the spec's user when missing and its workdir. The
-// tools that add users live in sbin, which a spec's own PATH (the steps
-// run with the spec's env) may leave out.
+// setupScript creates the spec's user when missing and its workdir.
 func setupScript(sp *spec.Spec) string {
 	var b strings.Builder
 	if u := sp.User; u != "" && strings.Trim(u, "0123456789") != "" {
-		fmt.Fprintf(&b, `PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
-if ! id -u %[1]s >/dev/null 2>&1; then
-  if command -v useradd >/dev/null 2>&1; then useradd -m -s /bin/sh %[1]s
-  else adduser -D %[1]s; fi
-fi
-`, u)
+		b.WriteString(UserScript(u))
 	}
 	if w := sp.Workdir; w != "" && w != "/" {
 		fmt.Fprintf(&b, "mkdir -p %s\n", shellQuote(w))
@@ -294,6 +293,28 @@ fi
 		return ""
 	}
 	return "set -e\n" + b.String()
+}
+
+// UserScript is a shell script that makes the user u (a name) unless it
+// exists: with useradd, else adduser (busybox, Alpine), else by adding it
+// to /etc/passwd and /etc/group itself (an image with neither, such as
+// Debian's busybox), with the first free uid from 1000 and the home
+// /home/u. The tools live in sbin, which a spec's own PATH (the steps run
+// with the spec's env) may leave out.
+func UserScript(u string) string {
+	return fmt.Sprintf(`PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+if ! id -u %[1]s >/dev/null 2>&1; then
+  if command -v useradd >/dev/null 2>&1; then useradd -m -s /bin/sh %[1]s
+  elif command -v adduser >/dev/null 2>&1; then adduser -D %[1]s
+  else
+    uid=1000
+    while cut -d: -f3 /etc/passwd | grep -qx "$uid"; do uid=$((uid+1)); done
+    echo %[1]s":x:$uid:$uid::/home/"%[1]s":/bin/sh" >> /etc/passwd
+    grep -q "^"%[1]s":" /etc/group 2>/dev/null || echo %[1]s":x:$uid:" >> /etc/group
+    mkdir -p /home/%[1]s && chown "$uid:$uid" /home/%[1]s
+  fi
+fi
+`, shellQuote(u))
 }
 
 func envMap(env []string) map[string]string {

@@ -97,7 +97,7 @@ func TestSetupScript(t *testing.T) {
 		t.Errorf("setup for nothing = %q", s)
 	}
 	s := setupScript(&spec.Spec{User: "agent", Workdir: "/work space"})
-	for _, want := range []string{"id -u agent", "useradd -m", "adduser -D", "mkdir -p '/work space'", "chown 'agent' '/work space'"} {
+	for _, want := range []string{"id -u 'agent'", "useradd -m", "adduser -D", ">> /etc/passwd", "mkdir -p '/work space'", "chown 'agent' '/work space'"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("setup script lacks %q:\n%s", want, s)
 		}
@@ -255,7 +255,7 @@ func TestRunStepTier(t *testing.T) {
 		sp := &spec.Spec{}
 		sp.Build.Network = network
 		st := &state{b: &Builder{sandboxes: f, StepTimeout: time.Minute}, sp: sp, base: sandbox.Image{Name: "busybox"}}
-		if _, err := st.run(testutil.Context(t), 1, "run", "true"); !errors.Is(err, errFakeCreate) {
+		if _, err := st.run(testutil.Context(t), 1, "run", "true", "", ""); !errors.Is(err, errFakeCreate) {
 			t.Fatalf("run() = %v; want the fake's refusal", err)
 		}
 		if len(f.reqs) != 1 || f.reqs[0].Tier != sandbox.TierContainer {

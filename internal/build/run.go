@@ -1,6 +1,7 @@
 package build
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -15,15 +16,18 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-// run runs script as root with /bin/sh in a build sandbox on the current
-// layer, streams its output, and commits the sandbox's changes as a layer.
-func (st *state) run(ctx context.Context, i int, name, script string) (string, error) {
+// run runs script with /bin/sh in a build sandbox on the current layer, as
+// user (default root) in workdir (default /), streams its output, and
+// commits the sandbox's changes as a layer.
+func (st *state) run(ctx context.Context, i int, name, script, user, workdir string) (string, error) {
 	sp := st.sp
 	req := sandbox.CreateRequest{
 		Image: st.base.Name,
 		Base: &sandbox.Image{
 			Name: st.base.Name, TopLayer: st.parent, Env: st.env, Workdir: "/",
 			Binds: st.base.Binds,
+			// A spec that lets its sandboxes use sudo lets its steps too.
+			AllowPrivilegeEscalation: sp.AllowPrivilegeEscalation,
 		},
 		Resources: sandbox.Resources{
 			CPUs: sp.Resources.CPUs, MemoryBytes: sp.Resources.Memory,
@@ -53,7 +57,7 @@ func (st *state) run(ctx context.Context, i int, name, script string) (string, e
 			})
 		}
 	}()
-	exit, reason, err := st.exec(ctx, i, rec.AgentAddr, script)
+	exit, reason, err := st.exec(ctx, i, rec.AgentAddr, script, cmp.Or(user, "root"), cmp.Or(workdir, "/"))
 	if err != nil {
 		return "", fmt.Errorf("step %d (%s): %w", i, name, err)
 	}
@@ -75,14 +79,13 @@ func (st *state) run(ctx context.Context, i int, name, script string) (string, e
 
 // exec runs script in the sandbox's agent and returns its exit code and,
 // when it did not exit normally, why.
-func (st *state) exec(ctx context.Context, i int, addr, script string) (int, string, error) {
+func (st *state) exec(ctx context.Context, i int, addr, script, user, cwd string) (int, string, error) {
 	c, err := agentclient.New(addr)
 	if err != nil {
 		return -1, "", err
 	}
 	defer c.Close()
 	ms := uint64(st.b.StepTimeout.Milliseconds())
-	user, cwd := "root", "/"
 	cfg := &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, User: &user, Cwd: &cwd, TimeoutMs: &ms}
 	no := false
 	stream, err := c.Process.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: cfg, TimeoutMs: &ms, Stdin: &no}))

@@ -534,6 +534,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 	if d.audit != nil {
 		trail = d.audit
 	}
+	builder := build.New(d.images, d.manager)
 	e2b, err := e2bapi.New(e2bapi.Config{
 		Manager: d.manager,
 		Images:  d.images,
@@ -541,6 +542,11 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Stats:   d.obs.sampler,
 		Audit:   trail,
 		Domain:  cfg.E2B.Domain,
+		// Template builds (Template.build) are corral builds.
+		Builder:        builder,
+		TemplateImages: d.images,
+		TemplateDir:    filepath.Join(cfg.Root, "e2b-templates"),
+		Context:        ctx,
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
 				return
@@ -566,7 +572,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Manager:       d.manager,
 		Agents:        d.agents,
 		Images:        d.images,
-		Builder:       build.New(d.images, d.manager),
+		Builder:       builder,
 		UploadDir:     uploads,
 		System:        d,
 		Limits:        httpapi.Limits{RequestsPerSecond: cfg.Limits.RequestsPerSecond, Burst: cfg.Limits.RequestBurst},

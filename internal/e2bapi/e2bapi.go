@@ -15,6 +15,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -96,6 +98,15 @@ type Config struct {
 	// Audit serves the sandbox logs routes from the audit trail; nil
 	// answers 501.
 	Audit AuditTrail
+	// Builder, TemplateImages and TemplateDir (where templates' records
+	// and uploaded files are kept) serve template builds; without any of
+	// them those routes answer 501.
+	Builder        Builder
+	TemplateImages TemplateImages
+	TemplateDir    string
+	// Context is the daemon's lifetime: template builds, which outlive
+	// their request, stop with it. Nil means they run to their end.
+	Context context.Context
 }
 
 // API serves E2B's control plane.
@@ -104,6 +115,9 @@ type API struct {
 	// secretMu makes a secret's create (409 when it exists) and update
 	// (404 when it does not) one step.
 	secretMu sync.Mutex
+	// recordMu serializes changes to template records.
+	recordMu sync.Mutex
+	tmpl     templates
 }
 
 // New returns an API for cfg.
@@ -114,12 +128,21 @@ func New(cfg Config) (*API, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.TemplateDir != "" {
+		// Build contexts a killed daemon left behind.
+		old, _ := filepath.Glob(filepath.Join(cfg.TemplateDir, ".context-*"))
+		for _, p := range old {
+			if err := os.RemoveAll(p); err != nil {
+				return nil, fmt.Errorf("e2bapi: clean template build contexts: %w", err)
+			}
+		}
+	}
 	return &API{cfg: cfg}, nil
 }
 
 // Routes returns the handlers by ServeMux pattern (httpapi.RouteSet).
 func (a *API) Routes() map[string]http.HandlerFunc {
-	return map[string]http.HandlerFunc{
+	r := map[string]http.HandlerFunc{
 		"POST /sandboxes":                 a.create,
 		"POST /v2/sandboxes":              a.create,
 		"GET /sandboxes":                  a.listV1,
@@ -147,6 +170,8 @@ func (a *API) Routes() map[string]http.HandlerFunc {
 		"POST /secrets/{id}":              a.updateSecret,
 		"DELETE /secrets/{id}":            a.deleteSecret,
 	}
+	a.templateRoutes(r)
+	return r
 }
 
 // notYet answers 501 for a route of E2B's API that Corral does not serve

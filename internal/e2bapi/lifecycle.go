@@ -178,11 +178,22 @@ func (a *API) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate deletes a snapshot (Sandbox.deleteSnapshot). Other
-// images are refused: the E2B API does not remove what Corral's own
-// images are (corral image rm does).
+// deleteTemplate deletes a template built through the E2B API
+// (Template.build) or a snapshot (Sandbox.deleteSnapshot). Other images
+// are refused: the E2B API does not remove what Corral's own images are
+// (corral image rm does).
 func (a *API) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if a.cfg.TemplateDir != "" && a.cfg.TemplateImages != nil {
+		if _, err := a.readRecord(id); err == nil {
+			if err := a.deleteBuilt(r.Context(), id); err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	imgs, err := a.listImages(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
@@ -193,7 +204,7 @@ func (a *API) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	case i < 0:
 		err = fmt.Errorf("template %q: %w", id, errdefs.ErrNotFound)
 	case imgs[i].Disk == "":
-		err = fmt.Errorf("template %q is a Corral image, not a snapshot: the E2B API deletes snapshots only (corral image rm %s removes an image): %w", id, id, errdefs.ErrInvalidArgument)
+		err = fmt.Errorf("template %q is a Corral image, not a snapshot: the E2B API deletes snapshots and templates it built only (corral image rm %s removes an image): %w", id, id, errdefs.ErrInvalidArgument)
 	default:
 		err = a.cfg.Images.Remove(r.Context(), id)
 	}

@@ -210,3 +210,30 @@ func TestE2BSignedURLs(t *testing.T) {
 		})
 	}
 }
+
+// TestRequireTokenSignedUpload: a PUT of a template file URL signed with
+// the daemon's token passes without the token, until it expires, for
+// that path only.
+func TestRequireTokenSignedUpload(t *testing.T) {
+	const token = "s3cret"
+	h := RequireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	const p = "/templates/t/files/abc"
+	good := p + "?" + SignUpload(p, time.Now().Add(time.Hour), token)
+	for _, tc := range []struct {
+		name, method, target string
+		want                 int
+	}{
+		{"signed", http.MethodPut, good, http.StatusOK},
+		{"another path", http.MethodPut, "/templates/t/files/abd?" + SignUpload(p, time.Now().Add(time.Hour), token), http.StatusUnauthorized},
+		{"another method", http.MethodGet, good, http.StatusUnauthorized},
+		{"expired", http.MethodPut, p + "?" + SignUpload(p, time.Now().Add(-time.Minute), token), http.StatusUnauthorized},
+		{"another token", http.MethodPut, p + "?" + SignUpload(p, time.Now().Add(time.Hour), "other"), http.StatusUnauthorized},
+		{"unsigned", http.MethodPut, p, http.StatusUnauthorized},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.target, nil))
+		if rec.Code != tc.want {
+			t.Errorf("%s: %s %s = %d; want %d", tc.name, tc.method, tc.target, rec.Code, tc.want)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
@@ -103,4 +105,49 @@ func (s *Server) forwardE2B(w http.ResponseWriter, r *http.Request, rec sandbox.
 		return
 	}
 	s.proxy.forward(w, r, rec, r.URL.Path)
+}
+
+// E2B's template file uploads (Template.build): GET
+// /templates/{id}/files/{hash} answers a URL that the SDK PUTs a tar to
+// with no credential of its own (the URL is made to be a storage bucket's
+// presigned one), so the URL carries it: the query parameters expires
+// (Unix seconds) and signature, the hex HMAC-SHA256 of "PUT path expires"
+// keyed with the daemon's token. RequireToken lets such a PUT through
+// until it expires.
+
+// SignUpload returns the query ("expires=...&signature=...") that lets a
+// PUT of path made before exp through RequireToken for token.
+func SignUpload(path string, exp time.Time, token string) string {
+	e := strconv.FormatInt(exp.Unix(), 10)
+	return url.Values{"expires": {e}, "signature": {uploadSignature(path, e, token)}}.Encode()
+}
+
+func uploadSignature(path, exp, token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("PUT " + path + " " + exp))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// uploadSigned reports whether r is a PUT signed by SignUpload with token
+// that has not expired.
+func uploadSigned(r *http.Request, token string, now time.Time) bool {
+	q := r.URL.Query()
+	sig, exp := q.Get("signature"), q.Get("expires")
+	if r.Method != http.MethodPut || sig == "" || exp == "" {
+		return false
+	}
+	t, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || t < now.Unix() {
+		return false
+	}
+	return hmac.Equal([]byte(sig), []byte(uploadSignature(r.URL.Path, exp, token)))
+}
+
+// CallerToken returns the daemon token r authenticated with (its
+// Authorization: Bearer or X-API-KEY header), "" when it has none.
+func CallerToken(r *http.Request) string {
+	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return t
+	}
+	return r.Header.Get(APIKeyHeader)
 }

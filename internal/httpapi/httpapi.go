@@ -374,7 +374,7 @@ type sandboxAuthKey struct{}
 // names its sandbox by the E2b-Sandbox-Id header, which must then carry
 // that sandbox's access token instead (X-Access-Token), and a signed file
 // URL (GET or POST /files with a signature made with that token, see
-// e2bsign.go).
+// e2bsign.go). A PUT signed with SignUpload passes too.
 func RequireToken(token string, h http.Handler) http.Handler {
 	bearer, key := []byte("Bearer "+token), []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -384,6 +384,10 @@ func RequireToken(token string, h http.Handler) http.Handler {
 			return
 		}
 		if dashboard.Public(r) { // static files without data; the page's API calls send the token
+			h.ServeHTTP(w, r)
+			return
+		}
+		if token != "" && uploadSigned(r, token, time.Now()) { // a template file upload (e2bsign.go)
 			h.ServeHTTP(w, r)
 			return
 		}

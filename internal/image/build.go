@@ -89,10 +89,11 @@ func (s *Store) CommitLayer(ctx context.Context, active string) (string, error) 
 	return key, err
 }
 
-// committedKey is the key of a layer CommitLayer makes. It differs from
+// committedKey is the key of a layer that keeps its setuid and setgid
+// bits: one CommitLayer makes or one pulled or loaded. It differs from
 // layerKey(parent, diffID), the key under which older daemons stored the
-// same changes with their setuid bits dropped, so that those layers are
-// never taken for these.
+// same changes with those bits dropped, so that those layers are never
+// taken for these.
 func committedKey(parent, diffID string) string {
 	return keyPrefix + sha256Hex("setuid "+parent+" "+diffID)
 }

@@ -305,7 +305,9 @@ func (s *Store) ImportTar(ctx context.Context, name string, r io.Reader) (sandbo
 			return err
 		}
 		defer root.Close()
-		_, err = archive.Apply(ctx, root, r, s.opts.archive)
+		opts := s.opts.archive
+		opts.KeepSetuid = true // as pulled layers do
+		_, err = archive.Apply(ctx, root, r, opts)
 		return err
 	})
 }
@@ -319,8 +321,10 @@ func (s *Store) ImportDir(ctx context.Context, name, dir string) (sandbox.Image,
 		return sandbox.Image{}, fmt.Errorf("import %s: %w", dir, err)
 	}
 	defer src.Close()
+	opts := s.opts.archive
+	opts.KeepSetuid = true // as pulled layers do
 	return s.importLayer(ctx, name, func(ctx context.Context, dst string) error {
-		return copyTree(ctx, src, ".", dst, s.opts.archive)
+		return copyTree(ctx, src, ".", dst, opts)
 	})
 }
 

@@ -153,7 +153,10 @@ func (s *Store) importHeld(ctx context.Context, name, kind string, img *source.I
 			return sandbox.Image{}, fmt.Errorf("layer %d: %w", i+1, err)
 		}
 		p := Progress{Layer: l.DiffID, Index: i + 1, Count: len(img.Layers), Total: l.Size}
-		key := layerKey(parent, l.DiffID)
+		// The layer keeps its setuid and setgid bits, as a build step's
+		// does, so it shares that key scheme (layerKey names the same
+		// changes as older daemons stored them, bits dropped).
+		key := committedKey(parent, l.DiffID)
 		if s.layers.HasLayer(key) {
 			p.Status = "exists"
 			progress(p)
@@ -211,6 +214,7 @@ func (s *Store) applyLayer(ctx context.Context, dir string, l source.Layer, prog
 	defer root.Close()
 	opts := s.opts.archive
 	opts.Whiteouts = true
+	opts.KeepSetuid = true
 	if _, err := archive.Apply(ctx, root, rc, opts); err != nil {
 		return err
 	}

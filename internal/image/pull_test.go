@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	ggtar "github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testutil"
 )
 
@@ -297,5 +298,60 @@ func TestLoadRefusesTrailingBomb(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "bomb"); !errdefs.IsNotFound(err) {
 		t.Errorf("Get(bomb) after a refused load = %v; want NotFound", err)
+	}
+}
+
+// TestSourcesKeepSetuid: a pulled, loaded or imported image keeps the
+// setuid and setgid bits of its files, as a built one does (sudo in a
+// pulled image works where the image's spec allows privilege escalation;
+// elsewhere no_new_privs leaves the bits inert). Its layers are stored
+// under keys of their own, so that layers stored by older daemons, with
+// the bits dropped, are never taken for them.
+func TestSourcesKeepSetuid(t *testing.T) {
+	ctx := testutil.Context(t)
+	s, layers := newStores(t)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "usr/sudo", Typeflag: tar.TypeReg, Mode: 0o4755, Size: 4},
+		{Name: "usr/wall", Typeflag: tar.TypeReg, Mode: 0o2755, Size: 4},
+	} {
+		must(t, tw.WriteHeader(h))
+		if h.Size > 0 {
+			_, _ = tw.Write([]byte("elf\n"))
+		}
+	}
+	must(t, tw.Close())
+	data := buf.Bytes()
+	layer, err := ggtar.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	must(t, err)
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	must(t, err)
+	file := filepath.Join(t.TempDir(), "app.tar")
+	tag, err := name.NewTag("example.org/team/suid:1")
+	must(t, err)
+	must(t, ggtar.WriteToFile(file, tag, img))
+
+	loaded, err := s.Load(ctx, file, LoadOptions{Name: "loaded"}, nil)
+	if err != nil {
+		t.Fatalf("Load = %v", err)
+	}
+	imported, err := s.ImportTar(ctx, "imported", bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("ImportTar = %v", err)
+	}
+	for _, got := range []sandbox.Image{loaded, imported} {
+		for file, want := range map[string]os.FileMode{"usr/sudo": os.ModeSetuid, "usr/wall": os.ModeSetgid} {
+			fi, err := os.Lstat(layerFile(t, layers, got, file))
+			if err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != want {
+				t.Errorf("%s in image %s: mode %v, %v; want the bit %v kept", file, got.Name, fi.Mode(), err, want)
+			}
+		}
+	}
+	diffID, err := layer.DiffID()
+	must(t, err)
+	if loaded.TopLayer == layerKey("", diffID.String()) {
+		t.Errorf("loaded layer key %s is the one older daemons stored the layer under, bits dropped", loaded.TopLayer)
 	}
 }

@@ -118,6 +118,12 @@ type Step struct {
 	Packages []string `yaml:"packages,omitempty"`
 	Run      string   `yaml:"run,omitempty"`
 	Copy     *Copy    `yaml:"copy,omitempty"`
+	// User and Workdir are the user a run step runs as (default root)
+	// and its working directory (default /). corral.yaml has no syntax
+	// for them: builds that come from E2B's template API (a RUN after
+	// USER or WORKDIR) set them.
+	User    string `yaml:"-"`
+	Workdir string `yaml:"-"`
 }
 
 // BuildSteps returns the build steps in order: the steps: list, or else
@@ -214,6 +220,13 @@ func (st Step) Canonical() string {
 		}
 	case KindRun:
 		b.WriteString(" " + strconv.Quote(st.Run))
+		// Only when set, so that the keys of corral.yaml's steps stay.
+		if st.User != "" {
+			b.WriteString(" user=" + strconv.Quote(st.User))
+		}
+		if st.Workdir != "" {
+			b.WriteString(" workdir=" + strconv.Quote(st.Workdir))
+		}
 	case KindCopy:
 		var c Copy
 		if st.Copy != nil {

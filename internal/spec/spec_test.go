@@ -193,6 +193,7 @@ func TestCanonical(t *testing.T) {
 	}{
 		{Step{Kind: KindRun, Run: "echo \"hi\"\nls"}, `run "echo \"hi\"\nls"`},
 		{Step{Run: "make"}, `run "make"`},
+		{Step{Run: "make", User: "user", Workdir: "/src"}, `run "make" user="user" workdir="/src"`},
 		{Step{Kind: KindPackages, Packages: []string{"git", "curl=7.88"}}, `packages "git" "curl=7.88"`},
 		{Step{Kind: KindCopy, Copy: &Copy{Src: "a b", Dst: "/c", Mode: "0755", Owner: "1:2"}}, `copy src="a b" dst="/c" mode="0755" owner="1:2"`},
 	}
