@@ -58,7 +58,7 @@ func (f *fakeManager) Create(_ context.Context, req sandbox.CreateRequest) (sand
 	rec := sandbox.Record{
 		ID: fmt.Sprintf("sbx%03d", f.n), Image: req.Image, State: sandbox.StateRunning, Env: req.Env, Labels: req.Labels,
 		Created: f.now.Add(time.Duration(f.n) * time.Second), Timeout: req.Timeout, Network: req.Network,
-		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n),
+		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n), Volumes: req.Volumes,
 		Resources: sandbox.Resources{CPUs: 0.5, MemoryBytes: 512 << 20, DiskBytes: 1 << 30},
 	}
 	if req.Timeout > 0 {
@@ -398,7 +398,7 @@ func TestCreateRefuses(t *testing.T) {
 		{"rules", `{"templateID":"host","network":{"rules":{"example.com":[{}]}}}`, "network.rules"},
 		{"auto resume", `{"templateID":"host","autoPause":true,"autoResume":{"enabled":true}}`, "autoResume"},
 		{"pause without memory", `{"templateID":"host","autoPause":true,"autoPauseMemory":false}`, "autoPauseMemory"},
-		{"volumes", `{"templateID":"host","volumeMounts":[{"name":"v","path":"/v"}]}`, "volumeMounts"},
+		{"volume without path", `{"templateID":"host","volumeMounts":[{"name":"v"}]}`, "volumeMounts[0]"},
 		{"mcp", `{"templateID":"host","mcp":{"x":{}}}`, "mcp"},
 		{"not json", `{"templateID":`, "request body"},
 	} {
@@ -413,6 +413,25 @@ func TestCreateRefuses(t *testing.T) {
 				t.Errorf("create %s reached the manager", tc.body)
 			}
 		})
+	}
+}
+
+// TestCreateVolumeMounts: E2B's volumeMounts are named volumes at their
+// paths, and GET answers them.
+func TestCreateVolumeMounts(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(t, `{"templateID":"host","volumeMounts":[{"name":"data","path":"/data"}]}`)
+	want := []sandbox.VolumeMount{{Name: "data", Target: "/data"}}
+	if !slices.Equal(f.m.created.Volumes, want) {
+		t.Errorf("create with volumeMounts: Volumes %+v; want %+v", f.m.created.Volumes, want)
+	}
+	_, out, _ := f.do(t, "GET", "/sandboxes/"+id, "")
+	var d sandboxDetail
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.VolumeMounts) != 1 || d.VolumeMounts[0] != (volumeMount{Name: "data", Path: "/data"}) {
+		t.Errorf("GET = %s; want volumeMounts data at /data", out)
 	}
 }
 

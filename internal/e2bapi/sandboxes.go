@@ -32,7 +32,14 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars"`
 	MCP                 json.RawMessage   `json:"mcp"`
 	IAM                 json.RawMessage   `json:"iam"`
-	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+	VolumeMounts        []volumeMount     `json:"volumeMounts"`
+}
+
+// volumeMount is E2B's SandboxVolumeMount: a named volume (corral volume
+// create) at path.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 type autoResume struct {
@@ -82,6 +89,7 @@ type sandboxDetail struct {
 	Domain              *string        `json:"domain"`
 	Network             *networkConfig `json:"network,omitempty"`
 	Lifecycle           lifecycle      `json:"lifecycle"`
+	VolumeMounts        []volumeMount  `json:"volumeMounts,omitempty"`
 }
 
 // lifecycle is E2B's SandboxLifecycle.
@@ -125,6 +133,9 @@ func (a *API) detailOf(rec sandbox.Record) sandboxDetail {
 	}
 	if rec.TimeoutAction == sandbox.TimeoutPause {
 		d.Lifecycle.OnTimeout = "pause"
+	}
+	for _, v := range rec.Volumes {
+		d.VolumeMounts = append(d.VolumeMounts, volumeMount{Name: v.Name, Path: v.Target})
 	}
 	if n := rec.Network; n != nil {
 		switch n.Mode {
@@ -226,8 +237,6 @@ func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 		return c, unsupported("mcp")
 	case present(req.IAM):
 		return c, unsupported("iam")
-	case present(req.VolumeMounts):
-		return c, unsupported("volumeMounts")
 	case req.AutoResume != nil && req.AutoResume.Enabled:
 		return c, fmt.Errorf("autoResume is not supported yet: a paused sandbox answers 502 until connect resumes it: %w", errdefs.ErrInvalidArgument)
 	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
@@ -246,6 +255,12 @@ func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 	}
 	c = sandbox.CreateRequest{
 		Image: req.TemplateID, Env: req.EnvVars, Labels: req.Metadata, Timeout: timeout, Network: set,
+	}
+	for i, v := range req.VolumeMounts {
+		if v.Name == "" || v.Path == "" {
+			return sandbox.CreateRequest{}, fmt.Errorf("volumeMounts[%d]: name and path are required: %w", i, errdefs.ErrInvalidArgument)
+		}
+		c.Volumes = append(c.Volumes, sandbox.VolumeMount{Name: v.Name, Target: v.Path})
 	}
 	if req.AutoPause != nil && *req.AutoPause {
 		c.TimeoutAction = sandbox.TimeoutPause

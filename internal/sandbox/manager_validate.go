@@ -98,6 +98,9 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	if err := validateLabels(req.Labels); err != nil {
 		return p, err
 	}
+	if err := validateVolumes(req.Volumes); err != nil {
+		return p, err
+	}
 	if req.Timeout < 0 || req.Timeout > MaxTimeout {
 		return p, invalid("timeout %s must be between 0 (none) and %s", req.Timeout, MaxTimeout)
 	}
@@ -118,6 +121,16 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	case "", TimeoutRemove, TimeoutPause:
 	default:
 		return p, invalid("timeout_action %q must be %q or %q", req.TimeoutAction, TimeoutRemove, TimeoutPause)
+	}
+	if len(req.Volumes) > 0 {
+		if m.cfg.Volumes == nil {
+			return p, fmt.Errorf("volumes: this daemon has no volume store: %w", errdefs.ErrNotImplemented)
+		}
+		for i, v := range req.Volumes {
+			if _, err := m.cfg.Volumes.Path(v.Name); err != nil {
+				return p, fmt.Errorf("volumes[%d].name: %w", i, err)
+			}
+		}
 	}
 	if req.Snapshot != "" && req.Image != "" {
 		return p, invalid("image %q and snapshot %q: give one of them", req.Image, req.Snapshot)
@@ -178,6 +191,7 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		User:      req.User,
 		Labels:    cloneMap(req.Labels),
 		Ephemeral: req.Ephemeral,
+		Volumes:   slices.Clone(req.Volumes),
 
 		Timeout:     req.Timeout,
 		IdleTimeout: req.IdleTimeout,
