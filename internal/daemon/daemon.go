@@ -530,10 +530,12 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		return cs.close, err
 	}
 	cs.add(stopStats)
+	vols := volumeService{store: d.volumes, manager: d.manager}
 	e2b, err := e2bapi.New(e2bapi.Config{
 		Manager: d.manager,
 		Images:  d.images,
 		Secrets: d.secrets,
+		Volumes: vols,
 		Stats:   d.obs.sampler,
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
@@ -552,7 +554,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		E2B:           e2b,
 		Network:       d.network,
 		Secrets:       d.secrets,
-		Volumes:       volumeService{store: d.volumes, manager: d.manager},
+		Volumes:       vols,
 		Tunnels:       tunnels,
 		TunnelBase:    tunnelBase,
 		TunnelDomain:  cfg.Tunnels.Domain,

@@ -259,6 +259,7 @@ var testNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 type fixture struct {
 	m       *fakeManager
 	secrets *fakeSecrets
+	volumes *fakeVolumes
 	srv     *httptest.Server
 	// removed lists the IDs passed to Config.Removed.
 	removed []string
@@ -266,9 +267,9 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{m: newFakeManager(testNow), secrets: &fakeSecrets{vals: map[string]string{}}}
+	f := &fixture{m: newFakeManager(testNow), secrets: &fakeSecrets{vals: map[string]string{}}, volumes: &fakeVolumes{used: map[string]bool{}}}
 	a, err := New(Config{
-		Manager: f.m, Images: fakeImages{f.m}, Secrets: f.secrets, Now: func() time.Time { return testNow },
+		Manager: f.m, Images: fakeImages{f.m}, Secrets: f.secrets, Volumes: f.volumes, Now: func() time.Time { return testNow },
 		Removed: func(_ context.Context, id string) { f.removed = append(f.removed, id) },
 	})
 	if err != nil {
