@@ -8,35 +8,16 @@ import (
 
 	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/spec"
 )
 
-// parseVolumeMount parses --volume NAME:/PATH[:ro|:rw]. A host path
-// (docker's -v /host:/box) is refused: volumes are named, host paths are
-// never mounted into a box.
+// parseVolumeMount parses --volume NAME:/PATH[:ro|:rw] (spec.ParseVolume).
 func parseVolumeMount(s string) (rest.VolumeMount, error) {
-	parts := strings.Split(s, ":")
-	var m rest.VolumeMount
-	switch len(parts) {
-	case 3:
-		switch parts[2] {
-		case "ro":
-			m.Readonly = true
-		case "rw":
-		default:
-			return m, fmt.Errorf("--volume %q: the mode %q must be ro or rw", s, parts[2])
-		}
-	case 2:
-	default:
-		return m, fmt.Errorf("--volume %q: want NAME:/PATH or NAME:/PATH:ro", s)
+	m, err := spec.ParseVolume(s)
+	if err != nil {
+		return rest.VolumeMount{}, fmt.Errorf("--volume %w", err)
 	}
-	m.Name, m.Target = parts[0], parts[1]
-	if strings.HasPrefix(m.Name, "/") || strings.HasPrefix(m.Name, ".") {
-		return m, fmt.Errorf("--volume %q: %q is a host path; only named volumes are mounted (corral volume create NAME)", s, m.Name)
-	}
-	if m.Name == "" || m.Target == "" {
-		return m, fmt.Errorf("--volume %q: want NAME:/PATH or NAME:/PATH:ro", s)
-	}
-	return m, nil
+	return rest.VolumeMount{Name: m.Name, Target: m.Target, Readonly: m.Readonly}, nil
 }
 
 func (a *app) volumeCmd() *cobra.Command {

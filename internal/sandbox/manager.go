@@ -289,7 +289,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err != nil {
 		return Record{}, err
 	}
-	if !req.NoPool && len(req.Volumes) == 0 {
+	if !req.NoPool && len(p.rec.Volumes) == 0 {
 		if rec, ok, err := m.fromPool(ctx, p); ok {
 			return rec, err
 		}

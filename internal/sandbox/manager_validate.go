@@ -122,16 +122,6 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	default:
 		return p, invalid("timeout_action %q must be %q or %q", req.TimeoutAction, TimeoutRemove, TimeoutPause)
 	}
-	if len(req.Volumes) > 0 {
-		if m.cfg.Volumes == nil {
-			return p, fmt.Errorf("volumes: this daemon has no volume store: %w", errdefs.ErrNotImplemented)
-		}
-		for i, v := range req.Volumes {
-			if _, err := m.cfg.Volumes.Path(v.Name); err != nil {
-				return p, fmt.Errorf("volumes[%d].name: %w", i, err)
-			}
-		}
-	}
 	if req.Snapshot != "" && req.Image != "" {
 		return p, invalid("image %q and snapshot %q: give one of them", req.Image, req.Snapshot)
 	}
@@ -155,6 +145,23 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 			return p, err
 		}
 		return p, invalid("runtime %q is not available (available: %s)", rtName, strings.Join(m.Runtimes(), ", "))
+	}
+	if len(req.Volumes) == 0 && req.Base == nil && len(img.Volumes) > 0 {
+		// The image's spec's volumes; build steps (Base) mount none.
+		if err := validateVolumes(img.Volumes); err != nil {
+			return p, fmt.Errorf("image %s: %w", imgName, err)
+		}
+		req.Volumes = img.Volumes
+	}
+	if len(req.Volumes) > 0 {
+		if m.cfg.Volumes == nil {
+			return p, fmt.Errorf("volumes: this daemon has no volume store: %w", errdefs.ErrNotImplemented)
+		}
+		for i, v := range req.Volumes {
+			if _, err := m.cfg.Volumes.Path(v.Name); err != nil {
+				return p, fmt.Errorf("volumes[%d].name: %w", i, err)
+			}
+		}
 	}
 	if req.Snapshot != "" && img.Disk == "" {
 		return p, invalid("%s is an image, not a snapshot: use --image %s (\"image\" in the API)", imgName, imgName)

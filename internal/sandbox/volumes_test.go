@@ -163,3 +163,33 @@ func TestCreateWithVolumesWithoutStore(t *testing.T) {
 		t.Errorf("Create with volumes, no volume store = %v; want not implemented", err)
 	}
 }
+
+// TestImageVolumes: an image's spec volumes are mounted unless the request
+// names its own, and such an image gets no warm pool.
+func TestImageVolumes(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	host, err := env.Images.Get(ctx, "host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := host
+	img.Name, img.Volumes = "withvol", []sandbox.VolumeMount{{Name: "data", Target: "/data", Readonly: true}}
+	env.Images.Put(img)
+	m := newVolumeManager(t, env, &fakeVolumes{names: []string{"data", "other"}, gen: 1})
+	rec, err := m.Create(ctx, sandbox.CreateRequest{Image: "withvol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.Volumes, img.Volumes) {
+		t.Errorf("Create(withvol).Volumes = %+v; want the image's %+v", rec.Volumes, img.Volumes)
+	}
+	own := []sandbox.VolumeMount{{Name: "other", Target: "/o"}}
+	rec, err = m.Create(ctx, sandbox.CreateRequest{Image: "withvol", Volumes: own})
+	if err != nil || !slices.Equal(rec.Volumes, own) {
+		t.Errorf("Create(withvol, own volumes).Volumes = %+v, %v; want only %+v", rec.Volumes, err, own)
+	}
+	if _, err := m.SetPool(ctx, sandbox.PoolSpec{Image: "withvol", Size: 1}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "volumes") {
+		t.Errorf("SetPool(withvol) = %v; want refused, naming the volumes", err)
+	}
+}

@@ -80,8 +80,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	known := map[string]bool{}
 	for _, v := range recs {
+		if ValidateName(v.Name) != nil {
+			// Never a path: only the record goes.
+			log.G(ctx).Error("volume: dropping a record with a bad name", "volume", v.Name)
+			if err := s.recs.DeleteVolume(ctx, v.Name); err != nil {
+				log.G(ctx).Error("volume: drop record", "volume", v.Name, "error", err)
+			}
+			continue
+		}
 		known[v.Name] = true
-		if v.State != StateReady || ValidateName(v.Name) != nil {
+		if v.State != StateReady {
 			log.G(ctx).Info("volume: removing what an interrupted create or remove left", "volume", v.Name, "state", v.State)
 			if err := s.discard(ctx, v.Name); err != nil {
 				log.G(ctx).Error("volume: cannot remove leftovers", "volume", v.Name, "error", err)

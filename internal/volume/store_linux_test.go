@@ -185,6 +185,13 @@ func TestOpenRemovesLeftovers(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "stray", dataDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// A record whose name is not a volume name (a damaged database) goes
+	// without its "files": they are never looked for outside the root.
+	outside := filepath.Join(filepath.Dir(root), "escape")
+	if err := os.MkdirAll(outside, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_ = recs.PutVolume(ctx, &Volume{Name: "../escape", SizeBytes: MinBytes, State: StateCreating})
 	s := openTestStore(t, root, recs)
 	defer s.Close()
 	if got := s.List(); len(got) != 0 {
@@ -197,6 +204,9 @@ func TestOpenRemovesLeftovers(t *testing.T) {
 	}
 	if got, _ := recs.ListVolumes(ctx); len(got) != 0 {
 		t.Errorf("records after Open: %v; want none", got)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("%s after Open dropped a record named ../escape: %v; want it untouched", outside, err)
 	}
 }
 
