@@ -222,3 +222,29 @@ func loopUses(t *testing.T, img string) bool {
 	}
 	return false
 }
+
+// TestCreateFailureLeavesNothing: a create whose mkfs fails leaves no
+// record, file or mount.
+func TestCreateFailureLeavesNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := testutil.Context(t)
+	root := t.TempDir()
+	recs := newMemRecords()
+	s, err := Open(ctx, Config{Root: root, Records: recs, Mkfs: "/bin/false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Create(ctx, "broken", MinBytes, nil); err == nil || !strings.Contains(err.Error(), "mkfs.ext4") {
+		t.Fatalf("Create with a failing mkfs = %v; want its error", err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("%s after a failed create holds %v; want nothing", root, ents)
+	}
+	if got, _ := recs.ListVolumes(ctx); len(got) != 0 {
+		t.Errorf("records after a failed create: %v; want none", got)
+	}
+	if _, err := s.Create(ctx, "broken", MinBytes, nil); errdefs.IsAlreadyExists(err) {
+		t.Errorf("second Create after a failed one = %v; want the name free", err)
+	}
+}
