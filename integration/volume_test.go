@@ -47,7 +47,8 @@ func (d *daemon) inspectVolume(name string) rest.Volume {
 // nothing, and its removal leaves nothing behind.
 func TestVolumes(t *testing.T) {
 	d := startDaemonWith(t, func(cfg *string, _ string) {
-		*cfg += "userns = \"on\"\nuserns_pool = \"" + testUsernsPool + "\"\n"
+		// Four boxes at once: the pool of TestUserNamespace, wider.
+		*cfg += "userns = \"on\"\nuserns_pool = \"2999975936:262144\"\n"
 	})
 	d.createVolume("data", "--size", "32m")
 
@@ -60,7 +61,7 @@ func TestVolumes(t *testing.T) {
 		{[]string{"volume", "create", "x", "--size", "1k"}, "volume size"},
 		{[]string{"volume", "create", "data"}, "already exists"},
 		{[]string{"create", "--image", "busybox", "--volume", "nope:/data"}, "volumes[0].name"},
-		{[]string{"create", "--image", "busybox", "--volume", "data:data"}, "volumes[0].target"},
+		{[]string{"create", "--image", "busybox", "--volume", "data:data"}, "must be absolute"},
 		{[]string{"create", "--image", "busybox", "--volume", "data:/proc/x"}, "reserved"},
 		{[]string{"create", "--image", "busybox", "--volume", "/etc:/data"}, "host path"},
 		{[]string{"volume", "rm", "nope"}, "not found"},
@@ -75,6 +76,9 @@ func TestVolumes(t *testing.T) {
 	}
 	if got := d.must("ls", "-q"); got != "" {
 		t.Errorf("sandboxes after bad requests: %q; want none", got)
+	}
+	if code, e := d.post("/v1/sandboxes", map[string]any{"image": "busybox", "volumes": []map[string]any{{"name": "data", "target": "rel"}}}); code != 400 || !strings.Contains(e.Error.Message, "volumes[0].target") {
+		t.Errorf("POST /v1/sandboxes with a relative volume target = %d %+v; want 400 naming volumes[0].target", code, e)
 	}
 	if code, e := d.post("/v1/volumes", map[string]any{"name": "../x"}); code != 400 || e.Error.Code != "invalid_argument" || !strings.Contains(e.Error.Message, "volume name") {
 		t.Errorf("POST /v1/volumes with a bad name = %d %+v; want 400 naming the volume name", code, e)
@@ -106,6 +110,32 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("volume inspect = %+v; want 32 MiB and two sandboxes", v)
 	}
 
+	// A symbolic link in a box's files cannot lead a volume's mount out of
+	// the box's root: the target resolves inside it, where ".." stops at
+	// the root and an absolute link names the box's own path.
+	outside := filepath.Join(t.TempDir(), "made")
+	d.must("exec", a, "--", "sh", "-c", "ln -s ../../../../../../tmp /up && ln -s "+outside+" /abs")
+	d.must("snapshot", a, "--name", "evil")
+	t.Cleanup(func() { _, _, _ = d.corral("snapshot", "rm", "evil") })
+	e := d.create("--from", "evil", "--volume", "data:/up")
+	if out, ok := d.sh(e, "cat /tmp/f"); !ok || out != "hi\n" {
+		t.Errorf("volume mounted at /up, a link to ../../../../../../tmp: cat /tmp/f in the box = %q, %v; want hi (the link resolved in the box)", out, ok)
+	}
+	d.must("rm", "-f", e)
+	// The box has no such directory: the runtime refuses rather than
+	// make it, and nothing is made on the host.
+	if out, errOut, err := d.corral("create", "--from", "evil", "--volume", "data:/abs"); err == nil {
+		d.must("rm", "-f", strings.TrimSpace(out))
+	} else if !strings.Contains(errOut, "/abs") {
+		t.Errorf("create with a volume at /abs, a link to a host path: %v, %q; want an error naming /abs", err, errOut)
+	}
+	if _, err := os.Lstat(outside); !os.IsNotExist(err) {
+		t.Errorf("the host's %s after mounting a volume at a link to it: %v; want nothing made", outside, err)
+	}
+	if got := d.must("ls", "-q"); len(strings.Fields(got)) != 2 {
+		t.Errorf("sandboxes after the links: %q; want a and b alone", got)
+	}
+
 	// Removal is refused while a box, even a stopped one, mounts it.
 	d.must("rm", "-f", a)
 	d.must("stop", b)
@@ -122,6 +152,19 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("after a restart, in a new box: %q, %v; want hi", out, ok)
 	}
 	d.must("rm", "-f", c)
+
+	// An image's spec names volumes for its boxes.
+	specFile := filepath.Join(t.TempDir(), "corral.yaml")
+	if err := os.WriteFile(specFile, []byte("from: busybox\nvolumes: [\"data:/fromspec:ro\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.must("build", "-q", "-f", specFile, "-t", "withvol")
+	t.Cleanup(func() { _, _, _ = d.corral("image", "rm", "withvol") })
+	s := d.create("--image", "withvol")
+	if out, ok := d.sh(s, "cat /fromspec/f && ! touch /fromspec/x"); !ok || !strings.HasPrefix(out, "hi\n") {
+		t.Errorf("in a box of an image whose spec mounts data read-only: %q, %v; want hi, and no write", out, ok)
+	}
+	d.must("rm", "-f", s)
 
 	d.must("volume", "rm", "data")
 	if got := d.must("volume", "ls", "-q"); got != "" {
