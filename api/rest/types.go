@@ -735,7 +735,7 @@ type PoolCounts struct {
 // unused ones would give back.
 type DiskUsage struct {
 	// Summary has one row per type: images, build_cache, layers,
-	// sandboxes, snapshots, pools, disk_cache.
+	// sandboxes, snapshots, pools, disk_cache, volumes.
 	Summary   []DiskUsageRow     `json:"summary"`
 	Images    []ImageDiskUsage   `json:"images"`
 	Sandboxes []SandboxDiskUsage `json:"sandboxes"`

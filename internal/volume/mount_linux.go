@@ -134,6 +134,15 @@ func usage(p string) (Usage, error) {
 	return Usage{UsedBytes: (st.Blocks - st.Bfree) * bs, TotalBytes: st.Blocks * bs}, nil
 }
 
+// allocated returns the bytes of file's blocks, 0 when unknown.
+func allocated(file string) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(file, &st); err != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
+
 func findMkfs() string {
 	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
 		return p

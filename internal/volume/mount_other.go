@@ -17,4 +17,5 @@ func unmount(string) error                                   { return nil }
 func shareRoot(string) error                                 { return nil }
 func unshareRoot(string) error                               { return nil }
 func usage(string) (Usage, error)                            { return Usage{}, errNotLinux }
+func allocated(string) int64                                 { return 0 }
 func findMkfs() string                                       { return "" }

@@ -257,6 +257,15 @@ func (s *Store) Usage(name string) (Usage, error) {
 	return usage(p)
 }
 
+// Allocated returns the bytes volume name's image takes on the host's
+// disk (its blocks: the image is sparse), 0 when unknown.
+func (s *Store) Allocated(name string) int64 {
+	if ValidateName(name) != nil {
+		return 0
+	}
+	return allocated(filepath.Join(s.root, name, imageFile))
+}
+
 func notFound(name string) error {
 	return fmt.Errorf("volume %q not found (corral volume ls lists them): %w", name, errdefs.ErrNotFound)
 }
