@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,8 +107,16 @@ func TestVolumes(t *testing.T) {
 	}
 	d.sh(a, "rm -f /data/big")
 	v := d.inspectVolume("data")
-	if v.SizeBytes != 32<<20 || len(v.Sandboxes) != 2 {
-		t.Errorf("volume inspect = %+v; want 32 MiB and two sandboxes", v)
+	if v.SizeBytes != 32<<20 || len(v.Sandboxes) != 2 || v.UsedBytes <= 0 {
+		t.Errorf("volume inspect = %+v; want 32 MiB, some of it used, and two sandboxes", v)
+	}
+	var du rest.DiskUsage
+	if err := json.Unmarshal([]byte(d.must("system", "df", "--json")), &du); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(du.Summary, func(r rest.DiskUsageRow) bool { return r.Type == "volumes" }); i < 0 ||
+		du.Summary[i].Total != 1 || du.Summary[i].Active != 1 || du.Summary[i].SizeBytes <= 0 || du.Summary[i].ReclaimableBytes != 0 {
+		t.Errorf("system df = %+v; want a volumes row: one volume, in use, not reclaimable", du.Summary)
 	}
 
 	// A symbolic link in a box's files cannot lead a volume's mount out of
