@@ -48,6 +48,12 @@ type (
 	SecretBinding = rest.SecretBinding
 	// Secret describes a stored secret; no call returns a value.
 	Secret = rest.Secret
+	// VolumeMount mounts a named volume into a sandbox at create.
+	VolumeMount = rest.VolumeMount
+	// Volume describes a named volume.
+	Volume = rest.Volume
+	// CreateVolumeOptions are the body of CreateVolume.
+	CreateVolumeOptions = rest.CreateVolumeRequest
 	// Port is an exposed port of a sandbox and the URL that reaches it.
 	Port = rest.Port
 )

@@ -36,6 +36,9 @@ func (d *daemon) leftovers() []string {
 			if mp == filepath.Join(d.root, "overlay", "disks") {
 				continue // the layer store's disk volume, not a sandbox's
 			}
+			if mp == filepath.Join(d.root, "volumes") {
+				continue // the volume store's shared root, the daemon's
+			}
 			if strings.HasPrefix(mp, d.root+"/") || strings.HasPrefix(mp, d.run+"/") {
 				found = append(found, "mount "+mp+" (in "+mf+")")
 			}

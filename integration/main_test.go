@@ -120,6 +120,10 @@ allow_unsafe_runtimes = ["runc"]
 				_ = syscall.Unmount(mp, syscall.MNT_DETACH)
 			}
 		}
+		// The volume store's shared root outlives a killed daemon, as
+		// the volumes under it do (a stopped one without volumes takes it
+		// away).
+		_ = syscall.Unmount(filepath.Join(d.root, "volumes"), syscall.MNT_DETACH)
 		os.RemoveAll(base)
 		d.removeCgroupParent()
 	})

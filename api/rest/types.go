@@ -59,6 +59,49 @@ type CreateSandboxRequest struct {
 	// NoPool never hands out a warm pool's ready sandbox for this request:
 	// the sandbox is made from scratch.
 	NoPool bool `json:"no_pool,omitempty"`
+	// Volumes are named volumes (POST /v1/volumes) to mount. A sandbox
+	// with volumes is never taken from a warm pool.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+}
+
+// VolumeMount mounts a named volume into a sandbox.
+type VolumeMount struct {
+	// Name is the volume's name.
+	Name string `json:"name"`
+	// Target is the absolute path in the sandbox, not / and not under
+	// /proc, /sys, /dev or /.corral.
+	Target string `json:"target"`
+	// Readonly mounts it read-only.
+	Readonly bool `json:"readonly,omitempty"`
+}
+
+// Volume is a named volume: a file system of a fixed size that outlives
+// the sandboxes that mount it.
+type Volume struct {
+	Name string `json:"name"`
+	// SizeBytes is the volume's size; writes past it fail with ENOSPC.
+	SizeBytes int64 `json:"size_bytes"`
+	// UsedBytes is what its files use (with the file system's own
+	// metadata).
+	UsedBytes int64             `json:"used_bytes"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Created   time.Time         `json:"created"`
+	// Sandboxes are the IDs of the sandboxes that mount it, in any state.
+	Sandboxes []string `json:"sandboxes"`
+}
+
+// VolumeList is the body of GET /v1/volumes.
+type VolumeList struct {
+	Volumes []Volume `json:"volumes"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	// Name: letters and digits joined by single '.', '_' or '-'.
+	Name string `json:"name"`
+	// SizeBytes is the volume's size, 16 MiB to 16 TiB; 0 means 1 GiB.
+	SizeBytes int64             `json:"size_bytes,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // Network is a sandbox's egress policy.
@@ -156,6 +199,8 @@ type Sandbox struct {
 	// Exited is set when the sandbox's init (its PID 1) ended on its own:
 	// the state is then "exited", and only a removal applies.
 	Exited *Exited `json:"exited,omitempty"`
+	// Volumes are the named volumes the sandbox mounts.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Origin is the sandbox this one was forked from, or the snapshot it
 	// was created from.
 	Origin string `json:"origin,omitempty"`
@@ -693,7 +738,7 @@ type PoolCounts struct {
 // unused ones would give back.
 type DiskUsage struct {
 	// Summary has one row per type: images, build_cache, layers,
-	// sandboxes, snapshots, pools, disk_cache.
+	// sandboxes, snapshots, pools, disk_cache, volumes.
 	Summary   []DiskUsageRow     `json:"summary"`
 	Images    []ImageDiskUsage   `json:"images"`
 	Sandboxes []SandboxDiskUsage `json:"sandboxes"`

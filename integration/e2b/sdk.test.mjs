@@ -6,11 +6,12 @@
 import { test, after } from 'node:test'
 import { gzipSync } from 'node:zlib'
 import assert from 'node:assert/strict'
-import { Sandbox, Secret, CommandExitError, SandboxNotFoundError, FilesystemEventType, ALL_TRAFFIC } from 'e2b'
+import { Sandbox, Secret, Volume, CommandExitError, SandboxNotFoundError, FilesystemEventType, ALL_TRAFFIC } from 'e2b'
 
 const template = process.env.CORRAL_E2B_TEMPLATE || 'base'
 const run = Math.random().toString(36).slice(2, 10)
 const made = []
+const volumeName = `vol-${run}`
 
 // until polls cond (a watch event, a line of output) without a fixed sleep.
 async function until(what, cond, ms = 30_000) {
@@ -29,6 +30,7 @@ async function create(opts = {}) {
 
 after(async () => {
   for (const id of made) await Sandbox.kill(id).catch(() => {})
+  await Volume.destroy(volumeName).catch(() => {})
 })
 
 test('lifecycle: create with envs, metadata and timeout; getInfo; list; setTimeout; connect; kill', async () => {
@@ -371,6 +373,22 @@ test('secrets: create, getInfo, list, update, destroy; never the value', async (
   assert.equal(await Secret.destroy(name), true)
   assert.equal(await Secret.destroy(name), false)
   assert.equal(await Secret.exists(name), false)
+})
+
+test('volumes: create, list, getInfo, mount in two sandboxes, destroy', async () => {
+  const vol = await Volume.create(volumeName)
+  assert.equal(vol.volumeId, volumeName)
+  assert.ok((await Volume.list()).some((v) => v.volumeId === volumeName))
+  assert.equal((await Volume.getInfo(volumeName)).name, volumeName)
+  const a = await create({ volumeMounts: { '/data': vol } })
+  await a.files.write('/data/note', 'shared')
+  const b = await create({ volumeMounts: { '/mnt/v': volumeName } })
+  assert.equal(await b.files.read('/mnt/v/note'), 'shared')
+  await assert.rejects(Volume.destroy(volumeName), /used by sandbox/)
+  await a.kill()
+  await b.kill()
+  assert.equal(await Volume.destroy(volumeName), true)
+  assert.equal(await Volume.destroy(volumeName), false)
 })
 
 test('signed URLs: uploadUrl and downloadUrl work without headers, for their path, until they expire', async () => {

@@ -138,6 +138,14 @@ func (b *Builder) Build(ctx context.Context, o Options) (sandbox.Image, error) {
 			return sandbox.Image{}, err
 		}
 	}
+	var vols []sandbox.VolumeMount
+	for i, v := range sp.Volumes {
+		m, err := spec.ParseVolume(v)
+		if err != nil {
+			return sandbox.Image{}, fmt.Errorf("volumes[%d]: %v: %w", i, err, errdefs.ErrInvalidArgument)
+		}
+		vols = append(vols, sandbox.VolumeMount{Name: m.Name, Target: m.Target, Readonly: m.Readonly})
+	}
 	img, err := b.images.RegisterBuilt(ctx, image.Built{
 		Name: name, TopLayer: st.parent, Env: envList,
 		Workdir: cmp.Or(sp.Workdir, base.Workdir), User: cmp.Or(sp.User, base.User),
@@ -148,7 +156,7 @@ func (b *Builder) Build(ctx context.Context, o Options) (sandbox.Image, error) {
 		},
 		Runtime: &image.RuntimeSpec{
 			NetworkMode: sp.Network.Mode, Allow: sp.Network.Allow,
-			Secrets: sp.Secrets, Ports: sp.Ports, Tier: sp.Tier,
+			Secrets: sp.Secrets, Ports: sp.Ports, Tier: sp.Tier, Volumes: vols,
 		},
 		// Like resources and network, not inherited from the base image:
 		// each spec that wants it says so.

@@ -44,6 +44,8 @@ type createFlags struct {
 	idleTimeout time.Duration
 	idleAction  string
 	noPool      bool
+	// volumes are NAME:/PATH[:ro] mounts of named volumes.
+	volumes []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -63,6 +65,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 0, "suspend (or --idle-action remove) the sandbox after this long without activity, e.g. 10m (0 = never)")
 	fs.StringVar(&f.idleAction, "idle-action", "", "what --idle-timeout does: suspend (default; the next exec resumes it) or remove")
 	fs.BoolVar(&f.noPool, "no-pool", false, "never take a ready sandbox from a warm pool: make a new one")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount a named volume (corral volume create): NAME:/PATH or NAME:/PATH:ro; repeatable")
 	f.net.register(fs, "network")
 }
 
@@ -99,6 +102,13 @@ func (f *createFlags) request() (rest.CreateSandboxRequest, error) {
 	}
 	if err := f.net.apply(&req); err != nil {
 		return req, err
+	}
+	for _, v := range f.volumes {
+		m, err := parseVolumeMount(v)
+		if err != nil {
+			return req, err
+		}
+		req.Volumes = append(req.Volumes, m)
 	}
 	return req, nil
 }

@@ -26,7 +26,7 @@ func (a *app) systemCmd() *cobra.Command {
 // dfTypes are the titles of rest.DiskUsage's summary rows.
 var dfTypes = map[string]string{
 	"images": "Images", "build_cache": "Build Cache", "layers": "Layers", "sandboxes": "Sandboxes",
-	"snapshots": "Snapshots", "pools": "Pools", "disk_cache": "Disk Cache",
+	"snapshots": "Snapshots", "pools": "Pools", "disk_cache": "Disk Cache", "volumes": "Local Volumes",
 }
 
 // dfRow is a summary row as system df --format sees it (docker's names).

@@ -49,6 +49,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
 	"github.com/corral-sandbox/corral/internal/tunnel"
 	"github.com/corral-sandbox/corral/internal/version"
+	"github.com/corral-sandbox/corral/internal/volume"
 )
 
 // LockFile under Root makes sure only one daemon uses a root.
@@ -71,8 +72,10 @@ type Daemon struct {
 	agents *agentpool.Pool
 	// layers and images are the stores; runtimes describes the configured
 	// runtimes as decided at start (GET /v1/info).
-	layers   *overlay.Store
-	images   *image.Store
+	layers *overlay.Store
+	images *image.Store
+	// volumes are the named volumes.
+	volumes  *volume.Store
 	runtimes []rest.RuntimeInfo
 	// boxesLeft is set in Close, before the layer store closes, when a
 	// writable layer (a box's, pooled ones too) is left: run_dir's tmpfs
@@ -215,6 +218,13 @@ func (d *Daemon) openStores(ctx context.Context) (func() error, error) {
 	}
 	cs.add(db.Close)
 	d.db = db
+
+	vols, err := volume.Open(ctx, volume.Config{Root: filepath.Join(cfg.Root, "volumes"), Records: db})
+	if err != nil {
+		return cs.close, err
+	}
+	cs.add(vols.Close)
+	d.volumes = vols
 
 	ocfg := overlay.DefaultConfig()
 	ocfg.Root = filepath.Join(cfg.Root, "overlay")
@@ -441,6 +451,7 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 		Layers:           d.layers,
 		Images:           d.images,
 		Store:            d.db,
+		Volumes:          d.volumes,
 		AgentBinary:      d.agentBin,
 		InitBinary:       d.initBin,
 		AgentIdleExit:    d.idleExit,
@@ -535,10 +546,12 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		trail = d.audit
 	}
 	builder := build.New(d.images, d.manager)
+	vols := volumeService{store: d.volumes, manager: d.manager}
 	e2b, err := e2bapi.New(e2bapi.Config{
 		Manager: d.manager,
 		Images:  d.images,
 		Secrets: d.secrets,
+		Volumes: vols,
 		Stats:   d.obs.sampler,
 		Audit:   trail,
 		Domain:  cfg.E2B.Domain,
@@ -564,6 +577,7 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		E2B:           e2b,
 		Network:       d.network,
 		Secrets:       d.secrets,
+		Volumes:       vols,
 		Tunnels:       tunnels,
 		TunnelBase:    tunnelBase,
 		TunnelDomain:  cfg.Tunnels.Domain,

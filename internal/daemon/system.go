@@ -101,6 +101,10 @@ func (d *Daemon) DiskUsage(ctx context.Context) (rest.DiskUsage, error) {
 	for _, sd := range disks {
 		in.saved[sd.Name] = sd.UsedBytes
 	}
+	in.volumes, in.volumeUsers = map[string]int64{}, d.manager.VolumeUsers()
+	for _, v := range d.volumes.List() {
+		in.volumes[v.Name] = d.volumes.Allocated(v.Name)
+	}
 	in.memory = map[string]int64{}
 	for _, img := range in.images {
 		if img.Memory != "" {
@@ -142,6 +146,10 @@ type dfInput struct {
 	// saved and memory are the bytes of saved disks by name and of
 	// snapshots' memory state by snapshot name.
 	saved, memory map[string]int64
+	// volumes are the named volumes' allocated bytes by name, and
+	// volumeUsers the sandboxes that mount each.
+	volumes     map[string]int64
+	volumeUsers map[string][]string
 }
 
 // Summary row types of rest.DiskUsage, in the order shown.
@@ -153,6 +161,7 @@ const (
 	dfSnapshots  = "snapshots"
 	dfPools      = "pools"
 	dfDiskCache  = "disk_cache"
+	dfVolumes    = "volumes"
 )
 
 // computeDiskUsage counts in as docker system df does. A layer counts
@@ -322,7 +331,17 @@ func computeDiskUsage(in dfInput) rest.DiskUsage {
 	}
 	poolRow.Active, poolRow.ReclaimableBytes = poolRow.Total, poolRow.SizeBytes
 	diskRow := rest.DiskUsageRow{Type: dfDiskCache, SizeBytes: in.diskCache}
-	out.Summary = []rest.DiskUsageRow{imgRow, cacheRow, layerRow, boxRow, snapRow, poolRow, diskRow}
+	// Named volumes: those no sandbox mounts are reclaimable (volume rm).
+	volRow := rest.DiskUsageRow{Type: dfVolumes, Total: len(in.volumes)}
+	for name, n := range in.volumes {
+		volRow.SizeBytes += n
+		if len(in.volumeUsers[name]) > 0 {
+			volRow.Active++
+		} else {
+			volRow.ReclaimableBytes += n
+		}
+	}
+	out.Summary = []rest.DiskUsageRow{imgRow, cacheRow, layerRow, boxRow, snapRow, poolRow, diskRow, volRow}
 	return out
 }
 

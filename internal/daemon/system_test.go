@@ -39,8 +39,10 @@ func TestComputeDiskUsage(t *testing.T) {
 			{ID: "box1", Image: "app", State: sandbox.StateRunning},
 			{ID: "box2", Image: "snap", State: sandbox.StateError, Suspended: &sandbox.Suspension{MemoryBytes: 30}},
 		},
-		saved:  map[string]int64{"snap": 600},
-		memory: map[string]int64{"snap": 60},
+		saved:       map[string]int64{"snap": 600},
+		memory:      map[string]int64{"snap": 60},
+		volumes:     map[string]int64{"data": 7000, "spare": 800},
+		volumeUsers: map[string][]string{"data": {"box1"}},
 	}
 	du := computeDiskUsage(in)
 	want := []rest.DiskUsageRow{
@@ -56,6 +58,8 @@ func TestComputeDiskUsage(t *testing.T) {
 		{Type: "snapshots", Total: 1, Active: 1, SizeBytes: 660, ReclaimableBytes: 0},
 		{Type: "pools", Total: 1, Active: 1, SizeBytes: 400, ReclaimableBytes: 400},
 		{Type: "disk_cache", SizeBytes: 5000},
+		// spare is mounted by no sandbox: volume rm frees it.
+		{Type: "volumes", Total: 2, Active: 1, SizeBytes: 7800, ReclaimableBytes: 800},
 	}
 	if len(du.Summary) != len(want) {
 		t.Fatalf("summary = %+v; want %d rows", du.Summary, len(want))

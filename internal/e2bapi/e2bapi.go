@@ -85,6 +85,8 @@ type Config struct {
 	Images Images
 	// Secrets serves /secrets; nil answers 501 there.
 	Secrets SecretStore
+	// Volumes serves /volumes; nil answers 501 there.
+	Volumes Volumes
 	// Domain is reported as each sandbox's domain; empty reports none
 	// (the SDK then needs E2B_SANDBOX_URL).
 	Domain string
@@ -169,6 +171,10 @@ func (a *API) Routes() map[string]http.HandlerFunc {
 		"GET /secrets/{id}":               a.getSecret,
 		"POST /secrets/{id}":              a.updateSecret,
 		"DELETE /secrets/{id}":            a.deleteSecret,
+		"POST /volumes":                   a.createVolume,
+		"GET /volumes":                    a.listVolumes,
+		"GET /volumes/{id}":               a.getVolume,
+		"DELETE /volumes/{id}":            a.deleteVolume,
 	}
 	a.templateRoutes(r)
 	return r

@@ -58,7 +58,7 @@ func (f *fakeManager) Create(_ context.Context, req sandbox.CreateRequest) (sand
 	rec := sandbox.Record{
 		ID: fmt.Sprintf("sbx%03d", f.n), Image: req.Image, State: sandbox.StateRunning, Env: req.Env, Labels: req.Labels,
 		Created: f.now.Add(time.Duration(f.n) * time.Second), Timeout: req.Timeout, Network: req.Network,
-		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n), E2B: req.E2B,
+		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n), E2B: req.E2B, Volumes: req.Volumes,
 		Resources: sandbox.Resources{CPUs: 0.5, MemoryBytes: 512 << 20, DiskBytes: 1 << 30},
 	}
 	if req.Timeout > 0 {
@@ -259,6 +259,7 @@ var testNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 type fixture struct {
 	m       *fakeManager
 	secrets *fakeSecrets
+	volumes *fakeVolumes
 	srv     *httptest.Server
 	// removed lists the IDs passed to Config.Removed.
 	removed []string
@@ -268,9 +269,9 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{m: newFakeManager(testNow), secrets: &fakeSecrets{vals: map[string]string{}}, trail: &fakeTrail{}}
+	f := &fixture{m: newFakeManager(testNow), secrets: &fakeSecrets{vals: map[string]string{}}, trail: &fakeTrail{}, volumes: &fakeVolumes{used: map[string]bool{}}}
 	a, err := New(Config{
-		Manager: f.m, Images: fakeImages{f.m}, Secrets: f.secrets, Now: func() time.Time { return testNow }, Audit: f.trail,
+		Manager: f.m, Images: fakeImages{f.m}, Secrets: f.secrets, Volumes: f.volumes, Now: func() time.Time { return testNow }, Audit: f.trail,
 		Removed: func(_ context.Context, id string) { f.removed = append(f.removed, id) },
 	})
 	if err != nil {
@@ -440,7 +441,7 @@ func TestCreateRefuses(t *testing.T) {
 		{"https ports", `{"templateID":"host","network":{"httpsPorts":[8443]}}`, "network.httpsPorts"},
 		{"mask with a path", `{"templateID":"host","network":{"maskRequestHost":"a/b"}}`, "maskRequestHost"},
 		{"pause without memory", `{"templateID":"host","autoPause":true,"autoPauseMemory":false}`, "autoPauseMemory"},
-		{"volumes", `{"templateID":"host","volumeMounts":[{"name":"v","path":"/v"}]}`, "volumeMounts"},
+		{"volume without path", `{"templateID":"host","volumeMounts":[{"name":"v"}]}`, "volumeMounts[0]"},
 		{"mcp", `{"templateID":"host","mcp":{"x":{}}}`, "mcp"},
 		{"not json", `{"templateID":`, "request body"},
 	} {
@@ -455,6 +456,25 @@ func TestCreateRefuses(t *testing.T) {
 				t.Errorf("create %s reached the manager", tc.body)
 			}
 		})
+	}
+}
+
+// TestCreateVolumeMounts: E2B's volumeMounts are named volumes at their
+// paths, and GET answers them.
+func TestCreateVolumeMounts(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(t, `{"templateID":"host","volumeMounts":[{"name":"data","path":"/data"}]}`)
+	want := []sandbox.VolumeMount{{Name: "data", Target: "/data"}}
+	if !slices.Equal(f.m.created.Volumes, want) {
+		t.Errorf("create with volumeMounts: Volumes %+v; want %+v", f.m.created.Volumes, want)
+	}
+	_, out, _ := f.do(t, "GET", "/sandboxes/"+id, "")
+	var d sandboxDetail
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.VolumeMounts) != 1 || d.VolumeMounts[0] != (volumeMount{Name: "data", Path: "/data"}) {
+		t.Errorf("GET = %s; want volumeMounts data at /data", out)
 	}
 }
 

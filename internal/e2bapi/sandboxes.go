@@ -34,7 +34,14 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars"`
 	MCP                 json.RawMessage   `json:"mcp"`
 	IAM                 json.RawMessage   `json:"iam"`
-	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+	VolumeMounts        []volumeMount     `json:"volumeMounts"`
+}
+
+// volumeMount is E2B's SandboxVolumeMount: a named volume (corral volume
+// create) at path.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 type autoResume struct {
@@ -88,6 +95,7 @@ type sandboxDetail struct {
 	Domain              *string        `json:"domain"`
 	Network             *networkConfig `json:"network,omitempty"`
 	Lifecycle           lifecycle      `json:"lifecycle"`
+	VolumeMounts        []volumeMount  `json:"volumeMounts,omitempty"`
 }
 
 // lifecycle is E2B's SandboxLifecycle.
@@ -141,6 +149,9 @@ func (a *API) detailOf(rec sandbox.Record) sandboxDetail {
 	}
 	if rec.TimeoutAction == sandbox.TimeoutPause {
 		d.Lifecycle.OnTimeout = "pause"
+	}
+	for _, v := range rec.Volumes {
+		d.VolumeMounts = append(d.VolumeMounts, volumeMount{Name: v.Name, Path: v.Target})
 	}
 	if n := rec.Network; n != nil {
 		switch n.Mode {
@@ -273,8 +284,6 @@ func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 		return c, unsupported("mcp")
 	case present(req.IAM):
 		return c, unsupported("iam")
-	case present(req.VolumeMounts):
-		return c, unsupported("volumeMounts")
 	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
 		return c, fmt.Errorf("autoPauseMemory false is not supported yet: a sandbox paused at its timeout keeps its memory: %w", errdefs.ErrInvalidArgument)
 	}
@@ -301,6 +310,12 @@ func createRequest(req newSandbox) (sandbox.CreateRequest, error) {
 			return c, fmt.Errorf("network.maskRequestHost %q must be a host name, optionally with a port or ${PORT}: %w", n.MaskRequestHost, errdefs.ErrInvalidArgument)
 		}
 		c.E2B.MaskRequestHost = n.MaskRequestHost
+	}
+	for i, v := range req.VolumeMounts {
+		if v.Name == "" || v.Path == "" {
+			return sandbox.CreateRequest{}, fmt.Errorf("volumeMounts[%d]: name and path are required: %w", i, errdefs.ErrInvalidArgument)
+		}
+		c.Volumes = append(c.Volumes, sandbox.VolumeMount{Name: v.Name, Target: v.Path})
 	}
 	if req.AutoPause != nil && *req.AutoPause {
 		c.TimeoutAction = sandbox.TimeoutPause

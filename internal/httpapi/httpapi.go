@@ -129,6 +129,8 @@ type Config struct {
 	Network NetworkLog
 	// Secrets serves /v1/secrets (*secrets.Store); nil answers 501.
 	Secrets SecretStore
+	// Volumes serves /v1/volumes; nil answers 501.
+	Volumes VolumeService
 	// Tunnels records exposed ports; nil (tunnels not configured)
 	// answers 501.
 	Tunnels *tunnel.Registry
@@ -294,6 +296,10 @@ func (s *Server) ownRoutes() map[string]http.HandlerFunc {
 		"GET /v1/secrets":                        s.listSecrets,
 		"PUT /v1/secrets/{name}":                 s.setSecret,
 		"DELETE /v1/secrets/{name}":              s.deleteSecret,
+		"POST /v1/volumes":                       s.createVolume,
+		"GET /v1/volumes":                        s.listVolumes,
+		"GET /v1/volumes/{name}":                 s.getVolume,
+		"DELETE /v1/volumes/{name}":              s.removeVolume,
 		"GET /v1/images":                         s.listImages,
 		"GET /v1/images/{name...}":               s.inspectImage,
 		"DELETE /v1/images/{name...}":            s.removeImage,
@@ -485,6 +491,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		IdleTimeout: idle,
 		IdleAction:  sandbox.IdleAction(req.IdleAction),
 		NoPool:      req.NoPool,
+		Volumes:     toVolumeMounts(req.Volumes),
 	})
 	if err != nil {
 		writeError(r.Context(), w, err)
@@ -625,6 +632,7 @@ func toSandbox(rec sandbox.Record) rest.Sandbox {
 	sb.IdleTimeoutSeconds = int64(rec.IdleTimeout / time.Second)
 	sb.IdleAction = string(rec.IdleAction)
 	sb.Origin = rec.Origin
+	sb.Volumes = fromVolumeMounts(rec.Volumes)
 	sb.AllowPrivilegeEscalation = rec.Spec != nil && rec.Spec.AllowPrivilegeEscalation
 	if su := rec.Suspended; su != nil {
 		sb.Suspended = &rest.Suspension{Time: su.Time, Memory: su.Memory, MemoryBytes: su.MemoryBytes}

@@ -143,6 +143,14 @@ type Built struct {
 	AllowPrivilegeEscalation bool
 }
 
+// volumes returns the spec's volume mounts, nil for none.
+func (r *RuntimeSpec) volumes() []sandbox.VolumeMount {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.Volumes)
+}
+
 // RegisterBuilt records a built image, replacing what the name pointed to
 // (unless that is a built-in image).
 func (s *Store) RegisterBuilt(ctx context.Context, b Built) (sandbox.Image, error) {
@@ -158,6 +166,7 @@ func (s *Store) RegisterBuilt(ctx context.Context, b Built) (sandbox.Image, erro
 			Name: b.Name, TopLayer: b.TopLayer, Env: b.Env, Workdir: b.Workdir, User: b.User,
 			Resources: b.Resources, Created: time.Now().UTC(), Network: b.Runtime.Network(),
 			Tier:                     b.Runtime.tier(),
+			Volumes:                  b.Runtime.volumes(),
 			AllowPrivilegeEscalation: b.AllowPrivilegeEscalation,
 		},
 	}, true)

@@ -58,6 +58,8 @@ type RuntimeSpec struct {
 	Ports       []int    `json:"ports,omitempty"`
 	// Tier is the spec's isolation tier, "" for the daemon's default.
 	Tier string `json:"tier,omitempty"`
+	// Volumes are the named volumes the image's sandboxes mount.
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 }
 
 // Network is the sandboxes' default network settings from the spec; nil

@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/volume"
 )
 
 // FileName is the database file under the daemon's root.
@@ -29,6 +30,7 @@ const FileName = "meta.db"
 var (
 	bucketSandboxes = []byte("sandboxes")
 	bucketMeta      = []byte("meta")
+	bucketVolumes   = []byte("volumes")
 )
 
 // schemaVersion is stored in the meta bucket; a newer one is refused.
@@ -72,7 +74,10 @@ type write struct {
 	err    error // set before done
 }
 
-var _ sandbox.Store = (*DB)(nil)
+var (
+	_ sandbox.Store  = (*DB)(nil)
+	_ volume.Records = (*DB)(nil)
+)
 
 // Open opens or creates <root>/meta.db (mode 0600). It fails after a short
 // timeout when another process holds the database.
@@ -91,7 +96,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	d := &DB{db: b}
 	d.w.cond = sync.NewCond(&d.w.mu)
 	if err := b.Update(func(tx *bolt.Tx) error {
-		for _, n := range [][]byte{bucketSandboxes, bucketMeta} {
+		for _, n := range [][]byte{bucketSandboxes, bucketMeta, bucketVolumes} {
 			if _, err := tx.CreateBucketIfNotExists(n); err != nil {
 				return err
 			}
@@ -154,6 +159,38 @@ func (d *DB) ListSandboxes(ctx context.Context) ([]*sandbox.Record, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// PutVolume implements volume.Records.
+func (d *DB) PutVolume(ctx context.Context, v *volume.Volume) error {
+	if v.Name == "" {
+		return fmt.Errorf("put volume: empty name: %w", errdefs.ErrInvalidArgument)
+	}
+	return d.put(bucketVolumes, v.Name, v)
+}
+
+// DeleteVolume implements volume.Records.
+func (d *DB) DeleteVolume(ctx context.Context, name string) error {
+	return d.del(bucketVolumes, name)
+}
+
+// ListVolumes implements volume.Records; records come in name order.
+func (d *DB) ListVolumes(ctx context.Context) ([]*volume.Volume, error) {
+	var out []*volume.Volume
+	err := d.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketVolumes).ForEach(func(k, v []byte) error {
+			var rec volume.Volume
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("volume %s: %w", k, err)
+			}
+			out = append(out, &rec)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
 	}
 	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testutil"
+	"github.com/corral-sandbox/corral/internal/volume"
 )
 
 func TestSandboxRecords(t *testing.T) {
@@ -266,4 +267,46 @@ func releaseWhenQueued(t *testing.T, db *DB, n int) {
 	db.w.busy = false
 	db.w.cond.Broadcast()
 	db.w.mu.Unlock()
+}
+
+// TestVolumeRecords: volume records survive a reopen, come in name order
+// and go with DeleteVolume.
+func TestVolumeRecords(t *testing.T) {
+	ctx := testutil.Context(t)
+	root := t.TempDir()
+	db, err := Open(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	want := []*volume.Volume{
+		{Name: "a", SizeBytes: 16 << 20, Created: created, State: volume.StateReady, Labels: map[string]string{"k": "v"}},
+		{Name: "b", SizeBytes: 1 << 30, Created: created, State: volume.StateCreating},
+	}
+	for _, v := range []*volume.Volume{want[1], want[0]} {
+		if err := db.PutVolume(ctx, v); err != nil {
+			t.Fatalf("PutVolume(%s) = %v", v.Name, err)
+		}
+	}
+	if err := db.PutVolume(ctx, &volume.Volume{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("PutVolume(no name) = %v; want invalid argument", err)
+	}
+	db.Close()
+	if db, err = Open(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	got, err := db.ListVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ListVolumes() after reopen (-want +got):\n%s", diff)
+	}
+	if err := db.DeleteVolume(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := db.ListVolumes(ctx); len(got) != 1 || got[0].Name != "b" {
+		t.Errorf("ListVolumes() after DeleteVolume(a) = %v; want b alone", got)
+	}
 }

@@ -406,7 +406,7 @@ func (m *Manager) resumeSuspended(ctx context.Context, b *box, rec Record) (Reco
 			dir = ""
 		}
 	}
-	if err := m.run(ctx, rt, rec.ID, &spec, dir); err != nil {
+	if err := m.run(ctx, rt, rec.ID, &spec, rec.Volumes, dir); err != nil {
 		if dir == "" {
 			return fail(err)
 		}
@@ -421,7 +421,7 @@ func (m *Manager) resumeSuspended(ctx context.Context, b *box, rec Record) (Reco
 			return fail(err)
 		}
 		spec.Rootfs, dir = mounts, ""
-		if err := m.run(ctx, rt, rec.ID, &spec, ""); err != nil {
+		if err := m.run(ctx, rt, rec.ID, &spec, rec.Volumes, ""); err != nil {
 			return fail(err)
 		}
 	}

@@ -126,6 +126,9 @@ type ManagerConfig struct {
 	// RefillQuiet and RefillMaxWait tune when warm pools refill (see
 	// DefaultRefillQuiet); zero takes the defaults.
 	RefillQuiet, RefillMaxWait time.Duration
+	// Volumes resolves named volumes to their host paths; nil refuses
+	// sandboxes with volumes.
+	Volumes Volumes
 	// Quota bounds what all sandboxes hold together; zero: no bound.
 	Quota Quota
 	// Observe is told how long each Create, Fork and Resume took and how
@@ -171,6 +174,9 @@ type Manager struct {
 	boxes map[string]*box
 	// closed is set by Close; guarded by mu.
 	closed bool
+	// volRemoving are the volumes being removed (RemoveVolume); guarded
+	// by mu.
+	volRemoving map[string]bool
 
 	// timers counts running expiry callbacks, which Close waits for.
 	timers sync.WaitGroup
@@ -291,7 +297,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err != nil {
 		return Record{}, err
 	}
-	if !req.NoPool {
+	if !req.NoPool && len(p.rec.Volumes) == 0 {
 		if rec, ok, err := m.fromPool(ctx, p); ok {
 			return rec, err
 		}
@@ -419,7 +425,7 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ 
 			log.G(tctx).Error("rollback: delete from runtime", "error", err)
 		}
 	})
-	if err := m.run(lctx, rt, id, &spec, o.restore); err != nil {
+	if err := m.run(lctx, rt, id, &spec, rec.Volumes, o.restore); err != nil {
 		return Record{}, err
 	}
 	phase("start")
@@ -480,7 +486,10 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ 
 
 // run creates sandbox id in rt from spec and starts it, or restores the
 // processes checkpointed in restore.
-func (m *Manager) run(ctx context.Context, rt Runtime, id string, spec *Spec, restore string) error {
+func (m *Manager) run(ctx context.Context, rt Runtime, id string, spec *Spec, vols []VolumeMount, restore string) error {
+	if err := m.volumeBinds(spec, vols); err != nil {
+		return fmt.Errorf("mount volumes: %w", err)
+	}
 	if restore != "" {
 		c, ok := rt.(Checkpointer)
 		if !ok {
@@ -518,6 +527,9 @@ func (m *Manager) reserve(b *box) error {
 		}
 	}
 	if err := m.checkQuotaLocked(b.rec); err != nil {
+		return err
+	}
+	if err := m.checkVolumesLocked(b.rec); err != nil {
 		return err
 	}
 	m.boxes[b.rec.ID] = b
@@ -1274,6 +1286,7 @@ func cloneRecord(r Record) Record {
 	r.Env = maps.Clone(r.Env)
 	r.Labels = maps.Clone(r.Labels)
 	r.E2B = r.E2B.Clone()
+	r.Volumes = slices.Clone(r.Volumes)
 	return r
 }
 

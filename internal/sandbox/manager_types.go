@@ -80,6 +80,9 @@ type Record struct {
 	// Exited says when the daemon found the sandbox's init gone, and why
 	// it ended (state StateExited).
 	Exited *Exited `json:"exited,omitempty"`
+	// Volumes are the named volumes the sandbox mounts, each time it
+	// starts (create, resume); a fork mounts them too.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Origin is the sandbox this one was forked from, or the snapshot it
 	// was created from.
 	Origin string `json:"origin,omitempty"`
@@ -221,6 +224,9 @@ type CreateRequest struct {
 	IdleAction  IdleAction
 	// NoPool never hands out a warm pool's sandbox for this request.
 	NoPool bool
+	// Volumes are named volumes to mount (see VolumeMount); a sandbox
+	// with volumes is never taken from a warm pool.
+	Volumes []VolumeMount
 }
 
 // Store persists sandbox records (implemented by internal/meta). Writes are

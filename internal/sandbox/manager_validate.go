@@ -98,6 +98,9 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 	if err := validateLabels(req.Labels); err != nil {
 		return p, err
 	}
+	if err := validateVolumes(req.Volumes); err != nil {
+		return p, err
+	}
 	if req.Timeout < 0 || req.Timeout > MaxTimeout {
 		return p, invalid("timeout %s must be between 0 (none) and %s", req.Timeout, MaxTimeout)
 	}
@@ -143,6 +146,23 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		}
 		return p, invalid("runtime %q is not available (available: %s)", rtName, strings.Join(m.Runtimes(), ", "))
 	}
+	if len(req.Volumes) == 0 && req.Base == nil && len(img.Volumes) > 0 {
+		// The image's spec's volumes; build steps (Base) mount none.
+		if err := validateVolumes(img.Volumes); err != nil {
+			return p, fmt.Errorf("image %s: %w", imgName, err)
+		}
+		req.Volumes = img.Volumes
+	}
+	if len(req.Volumes) > 0 {
+		if m.cfg.Volumes == nil {
+			return p, fmt.Errorf("volumes: this daemon has no volume store: %w", errdefs.ErrNotImplemented)
+		}
+		for i, v := range req.Volumes {
+			if _, err := m.cfg.Volumes.Path(v.Name); err != nil {
+				return p, fmt.Errorf("volumes[%d].name: %w", i, err)
+			}
+		}
+	}
 	if req.Snapshot != "" && img.Disk == "" {
 		return p, invalid("%s is an image, not a snapshot: use --image %s (\"image\" in the API)", imgName, imgName)
 	}
@@ -178,6 +198,7 @@ func (m *Manager) validate(ctx context.Context, req CreateRequest) (plan, error)
 		User:      req.User,
 		Labels:    cloneMap(req.Labels),
 		Ephemeral: req.Ephemeral,
+		Volumes:   slices.Clone(req.Volumes),
 
 		Timeout:     req.Timeout,
 		IdleTimeout: req.IdleTimeout,

@@ -95,6 +95,9 @@ func (m *Manager) setPool(ctx context.Context, spec PoolSpec) (PoolStatus, error
 	if err != nil {
 		return PoolStatus{}, err
 	}
+	if len(p.rec.Volumes) > 0 && spec.Size > 0 {
+		return PoolStatus{}, invalid("image %s mounts volumes (its spec's volumes): its sandboxes are made at create, never kept ready in a pool", p.rec.Image)
+	}
 	if p.rec.Network != nil && p.rec.Network.Mode != "" && p.rec.Network.Mode != "none" {
 		// Fine: the network is applied at hand-out; pool boxes have none.
 		p.rec.Network = nil
@@ -404,6 +407,11 @@ func (m *Manager) fillOne(ctx context.Context, pl *pool) error {
 	spec := pl.spec
 	m.mu.Unlock()
 	p, err := m.validate(ctx, CreateRequest{Image: spec.Image, Runtime: spec.Runtime, Tier: spec.Tier, Resources: spec.Resources, NoPool: true})
+	if err == nil && len(p.rec.Volumes) > 0 {
+		// Rebuilt with volumes since the pool was set: its boxes could
+		// never be handed out.
+		err = fmt.Errorf("image %s mounts volumes now: a pool cannot keep its sandboxes ready: %w", p.rec.Image, errdefs.ErrFailedPrecondition)
+	}
 	if err == nil {
 		p.rec.Network = nil // applied at hand-out
 		var id string

@@ -169,6 +169,9 @@ type Image struct {
 	// in the image's sandboxes (the spec's allow_privilege_escalation:
 	// they run without no_new_privs); snapshots keep their box's setting.
 	AllowPrivilegeEscalation bool `json:"allow_privilege_escalation,omitempty"`
+	// Volumes are the named volumes the image's sandboxes mount (its
+	// spec's) unless a request names its own.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Builtin images are made by the daemon and cannot be removed.
 	Builtin bool `json:"builtin,omitempty"`
 	// Disk is set on snapshots: the saved disk (see DiskSaver) that holds
@@ -192,6 +195,7 @@ type Image struct {
 func (img Image) Clone() Image {
 	img.Env = slices.Clone(img.Env)
 	img.Binds = slices.Clone(img.Binds)
+	img.Volumes = slices.Clone(img.Volumes)
 	for i := range img.Binds {
 		img.Binds[i].Hide = slices.Clone(img.Binds[i].Hide)
 	}

@@ -27,6 +27,7 @@ func TestImageClone(t *testing.T) {
 			Secrets: []netpolicy.SecretRef{{Name: "k", Hosts: []string{"api.example.org"}, Placeholder: "p"}},
 		},
 		Disk: "d", Memory: "m", Origin: "o",
+		Volumes: []sandbox.VolumeMount{{Name: "v", Target: "/v"}},
 	}
 	c := img.Clone()
 	if !reflect.DeepEqual(c, img) {

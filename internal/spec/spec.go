@@ -48,6 +48,10 @@ type Spec struct {
 	Secrets []string `yaml:"secrets,omitempty"`
 	// Ports are TCP ports the agent serves on inside the sandbox.
 	Ports []int `yaml:"ports,omitempty"`
+	// Volumes are named volumes ("NAME:/PATH" or "NAME:/PATH:ro") the
+	// image's sandboxes mount unless a request names its own; build steps
+	// never mount them.
+	Volumes []string `yaml:"volumes,omitempty"`
 	// AllowPrivilegeEscalation lets set-user-ID programs (sudo, su, ping)
 	// gain privileges in the image's sandboxes: their processes run
 	// without the no_new_privs flag that every other sandbox has. The name

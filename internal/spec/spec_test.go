@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,6 +77,17 @@ func TestParseAllowPrivilegeEscalation(t *testing.T) {
 		if err != nil || s.AllowPrivilegeEscalation != tc.want {
 			t.Errorf("Parse(%q).AllowPrivilegeEscalation = %v, %v; want %v", tc.src, s != nil && s.AllowPrivilegeEscalation, err, tc.want)
 		}
+	}
+}
+
+func TestParseVolumes(t *testing.T) {
+	s, err := Parse([]byte("from: x\nvolumes: [\"data:/data\", \"cache:/var/cache/x:ro\"]\n"), "")
+	if err != nil || !slices.Equal(s.Volumes, []string{"data:/data", "cache:/var/cache/x:ro"}) {
+		t.Fatalf("Parse(volumes) = %+v, %v; want both volumes", s, err)
+	}
+	m, err := ParseVolume(s.Volumes[1])
+	if err != nil || m != (VolumeMount{Name: "cache", Target: "/var/cache/x", Readonly: true}) {
+		t.Errorf("ParseVolume(%q) = %+v, %v; want cache at /var/cache/x, read-only", s.Volumes[1], m, err)
 	}
 }
 
@@ -250,6 +262,12 @@ func TestErrors(t *testing.T) {
 		{"escalation not a bool", "from: x\nallow_privilege_escalation: \"true\"\n", []string{`corral.yaml:2: allow_privilege_escalation: want true or false, got "true"`}},
 		{"escalation yes", "from: x\nallow_privilege_escalation: yes\n", []string{`corral.yaml:2: allow_privilege_escalation: want true or false, got "yes"`}},
 		{"escalation list", "from: x\nallow_privilege_escalation: [true]\n", []string{`corral.yaml:2: allow_privilege_escalation: want true or false, got a list`}},
+		{"volumes", "from: x\nvolumes:\n  - data\n  - /srv:/data\n  - data:/a:rx\n  - data:/a\n  - cache:/a\n", []string{
+			`corral.yaml:3: volumes[0]: "data": want NAME:/PATH or NAME:/PATH:ro`,
+			`corral.yaml:4: volumes[1]: "/srv:/data": "/srv" is a host path`,
+			`corral.yaml:5: volumes[2]: "data:/a:rx": the mode "rx" must be ro or rw`,
+			`corral.yaml:7: volumes[4]: /a is mounted on twice`,
+		}},
 		{"repeated key", "from: x\nuser: a\nuser: b\n", []string{`corral.yaml:3: user: repeated (first at line 2)`}},
 		{"repeated env", "from: x\nenv:\n  A: 1\n  A: 2\n", []string{`corral.yaml:4: env.A: repeated (first at line 3)`}},
 		{"name", "name: Py_Agent\nfrom: x\n", []string{`corral.yaml:1: name: "Py_Agent" is not an image name`}},

@@ -184,6 +184,18 @@ func (c *checker) check() {
 		}
 		ports[port] = true
 	}
+	targets := map[string]bool{}
+	for i, v := range s.Volumes {
+		p := fmt.Sprintf("volumes[%d]", i)
+		m, err := ParseVolume(v)
+		switch {
+		case err != nil:
+			c.errorf(p, "%v", err)
+		case targets[m.Target]:
+			c.errorf(p, "%s is mounted on twice", m.Target)
+		}
+		targets[m.Target] = true
+	}
 	if m := s.Build.Network; m != "" && m != "host" && m != "none" {
 		c.errorf("build.network", "%q is not a build network (host or none)", m)
 	}
