@@ -24,7 +24,7 @@ import (
 //   - the gvisor tier's create -> first exec -> rm against a raw `runsc
 //     run` of true on the same busybox root;
 //   - the exec round trip in a gvisor box against the same in a container
-//     box;
+//     box, the two in turns;
 //   - the user namespace: the container tier's lifecycle and create+rm
 //     throughput on two daemons the bench starts for the purpose, alike
 //     but for `userns = "on"` and `userns = "off"` (the setting is the
@@ -118,29 +118,60 @@ func (r *run) gvisorLifecycle(ctx context.Context) {
 }
 
 // tierExec times the exec round trip in a container box and in a gvisor
-// box, one after the other.
+// box, in turns: the load of the machine, which varies over a run, then
+// weighs on both series alike, and their ratio is the tier's cost.
 func (r *run) tierExec(ctx context.Context) {
+	names := [2]string{NameExecContainer, NameExecGVisor}
+	var errs [2]error
+	var ops [2]func(context.Context) error
+	for i, tier := range [2]string{"container", "gvisor"} {
+		box, rm, err := r.execBox(ctx, r.tierRequest(tier))
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		defer rm()
+		ops[i] = func(ctx context.Context) error { return execTrue(ctx, box) }
+	}
+	r.progress("%s and %s in turns x%d", names[0], names[1], r.cfg.Execs)
+	s, errs := inTurns(ctx, r.cfg.Execs, 10, ops, errs)
 	var res [2]Result
-	for i, tc := range []struct{ tier, name string }{{"container", NameExecContainer}, {"gvisor", NameExecGVisor}} {
-		r.progress("%s x%d", tc.name, r.cfg.Execs)
-		s, err := r.execRoundTrips(ctx, r.tierRequest(tc.tier))
-		res[i] = r.addTierResult(tc.name, s, err)
+	for i, name := range names {
+		res[i] = r.addTierResult(name, s[i], errs[i])
 	}
 	r.addTierRatio("gvisor exec / container exec", res[1], res[0], GoalGVisorExec)
 }
 
-// execRoundTrips times Execs round trips of true in a box made from req.
-func (r *run) execRoundTrips(ctx context.Context, req rest.CreateSandboxRequest) ([]time.Duration, error) {
+// inTurns runs ops[0], ops[1], ops[0]... n+warm times each and returns
+// the durations of each op's runs after its first warm. An op whose errs
+// entry is set does not run; one that fails stops, keeping its error, and
+// the other goes on.
+func inTurns(ctx context.Context, n, warm int, ops [2]func(context.Context) error, errs [2]error) ([2][]time.Duration, [2]error) {
+	var s [2][]time.Duration
+	for i := range n + warm {
+		for j, op := range ops {
+			if errs[j] != nil || op == nil {
+				continue
+			}
+			start := time.Now()
+			if errs[j] = op(ctx); errs[j] == nil && i >= warm {
+				s[j] = append(s[j], time.Since(start))
+			}
+		}
+	}
+	return s, errs
+}
+
+// execBox creates a box from req for exec round trips and returns it and
+// its removal.
+func (r *run) execBox(ctx context.Context, req rest.CreateSandboxRequest) (*client.Sandbox, func(), error) {
 	c := r.cfg.Client
 	sb, err := c.CreateSandbox(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer c.RemoveSandbox(context.WithoutCancel(ctx), sb.ID, client.RemoveOptions{Force: true})
-	box := c.Sandbox(sb.ID)
-	return sequential(ctx, r.cfg.Execs, 10, func(ctx context.Context, _ int) error {
-		return execTrue(ctx, box)
-	})
+	rm := func() { _ = c.RemoveSandbox(context.WithoutCancel(ctx), sb.ID, client.RemoveOptions{Force: true}) }
+	return c.Sandbox(sb.ID), rm, nil
 }
 
 func execTrue(ctx context.Context, box *client.Sandbox) error {

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +77,41 @@ func TestPeerNamesTiers(t *testing.T) {
 	cfg.Sections = append(cfg.Sections, SectionTiers)
 	if got := peerNames(cfg); strings.Join(got, ",") != "crun,runsc" {
 		t.Errorf("peerNames(with tiers) = %q; want [crun runsc]", got)
+	}
+}
+
+// TestInTurns checks that the tiers section's exec series alternate, so
+// the load of the machine weighs on both alike, and that a failed or
+// missing series leaves the other one running. The order of calls is
+// checked, never a duration.
+func TestInTurns(t *testing.T) {
+	var calls []int
+	op := func(j int, failAt int) func(context.Context) error {
+		n := 0
+		return func(context.Context) error {
+			calls = append(calls, j)
+			n++
+			if n == failAt {
+				return errors.New("box gone")
+			}
+			return nil
+		}
+	}
+	s, errs := inTurns(t.Context(), 3, 1, [2]func(context.Context) error{op(0, 0), op(1, 0)}, [2]error{})
+	if want := []int{0, 1, 0, 1, 0, 1, 0, 1}; !slices.Equal(calls, want) {
+		t.Errorf("inTurns calls = %v; want %v (in turns)", calls, want)
+	}
+	if len(s[0]) != 3 || len(s[1]) != 3 || errs[0] != nil || errs[1] != nil {
+		t.Errorf("inTurns = %d and %d samples, errors %v; want 3 each after 1 warm-up, no error", len(s[0]), len(s[1]), errs)
+	}
+
+	calls = nil
+	created := errors.New("create: no runsc")
+	s, errs = inTurns(t.Context(), 3, 1, [2]func(context.Context) error{op(0, 2), nil}, [2]error{nil, created})
+	if want := []int{0, 0}; !slices.Equal(calls, want) {
+		t.Errorf("inTurns calls = %v; want %v (op 0 stops at its failure, op 1 never runs)", calls, want)
+	}
+	if errs[0] == nil || !errors.Is(errs[1], created) || len(s[0]) != 0 || len(s[1]) != 0 {
+		t.Errorf("inTurns = %v samples, errors %v; want none, op 0's failure and the create error", s, errs)
 	}
 }
