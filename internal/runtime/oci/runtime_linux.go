@@ -836,6 +836,14 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.removeNS(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	// Pages the box's processes read first and others share (the image's
+	// files, the agent's binary) stay charged to its memory cgroup, which
+	// would linger as a dying cgroup after the rmdir for as long as they
+	// stay cached: give them back now (they are clean page cache; whoever
+	// needs them next reads them again).
+	if err := cgroups.DropCharges(cgroups.Root, r.CgroupPath(id)); err != nil {
+		log.G(ctx).Debug("memory charges left to the removed cgroup", "sandbox", id, "error", err)
+	}
 	// Usually every process is gone with PID 1 (they lived in its pid
 	// namespace) and one rmdir per hierarchy does. Only a cgroup that
 	// still holds processes, which no pid file leads to (a restore cut
