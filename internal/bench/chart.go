@@ -103,12 +103,29 @@ func ChartOf(rep *Report) Chart {
 		dens.Bars = append(dens.Bars, b)
 	}
 
+	back := ChartGroup{Title: "Memory back after the idle boxes are removed, % of what they took, higher is better"}
+	for _, d := range rep.Density {
+		if d.Running == 0 || d.Returned <= 0 {
+			continue
+		}
+		back.Bars = append(back.Bars, Bar{
+			Label:  fmt.Sprintf("%s, %d removed", d.Name, d.Running),
+			Value:  100 * d.Returned,
+			Text:   fmt.Sprintf("%.0f%%", 100*d.Returned),
+			Corral: d.Name == "corral",
+		})
+	}
+	if p := rep.density("crun"); p != nil && p.Returned > 0 {
+		back.Target = MemoryBackVsCrun * 100 * p.Returned
+		back.TargetLabel = fmt.Sprintf("target: %.2f× crun", MemoryBackVsCrun)
+	}
+
 	fork := durations(GroupFork, "Fork of a running sandbox (one copy), median ms: flat in the data written")
 	susp := durations(GroupSuspend, "Pause, suspend and resume of an idle sandbox, median ms")
 	if s := rep.Suspend; s != nil && s.MemoryBytes > 0 {
 		susp.Title += fmt.Sprintf("; saved memory %s", mib(s.MemoryBytes))
 	}
-	for _, g := range []ChartGroup{life, exec, tp, dens, fork, susp} {
+	for _, g := range []ChartGroup{life, exec, tp, dens, back, fork, susp} {
 		if len(g.Bars) > 0 {
 			c.Groups = append(c.Groups, g)
 		}
