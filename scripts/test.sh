@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: vet, unit tests with the race detector (unprivileged
 # tier), then the privileged and integration tiers that create real sandboxes
-# on this machine. Needs root for the second part.
+# on this machine, and the reliability soak (scripts/soak.sh --cycles). Needs
+# root for the second part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -18,3 +19,6 @@ echo "== unit tests (race detector, unprivileged)"
 go test -race -count=1 ./...
 echo "== privileged + integration tests (real sandboxes)"
 CORRAL_TEST_PRIVILEGED=1 go test -count=1 -p 1 -timeout 30m -tags integration ./...
+echo "== reliability soak: 500 cycles, the daemon SIGKILLed every 100"
+scripts/build.sh
+scripts/soak.sh --cycles 500 --kill-every 100

@@ -107,9 +107,16 @@ type Config struct {
 	AgentIdleWait time.Duration
 	// Forks is how many forks, suspends and resumes to time (5).
 	Forks int
-	// ForkBytes are the amounts written in a sandbox before it is forked
-	// (1 MiB and 1 GiB).
+	// ForkBytes are the amounts written in a sandbox, and synced, before
+	// it is forked (1 MiB and 1 GiB).
 	ForkBytes []int64
+	// ForkUnsyncedBytes is written in a sandbox, not synced, right before
+	// each fork of another series (512 MiB; negative: no such series).
+	ForkUnsyncedBytes int64
+	// ReturnWait bounds the wait, after the idle boxes of a density
+	// measurement are removed, for their memory to come back and their
+	// memory cgroups to go (DefaultReturnWait).
+	ReturnWait time.Duration
 	// DaemonSocket is the path of the daemon's unix socket, if it is one:
 	// density then also reports the growth of the daemon's RSS.
 	DaemonSocket string
@@ -156,7 +163,17 @@ func (cfg *Config) defaults() {
 	if len(cfg.ForkBytes) == 0 {
 		cfg.ForkBytes = []int64{1 << 20, 1 << 30}
 	}
+	if cfg.ForkUnsyncedBytes == 0 {
+		cfg.ForkUnsyncedBytes = 512 << 20
+	}
+	if cfg.ReturnWait <= 0 {
+		cfg.ReturnWait = DefaultReturnWait
+	}
 }
+
+// DefaultReturnWait is the default of Config.ReturnWait: issue 27 wants
+// the memory back within a minute of the last removal.
+const DefaultReturnWait = time.Minute
 
 // DefaultSettle is the default of Config.Settle.
 const DefaultSettle = 5 * time.Second

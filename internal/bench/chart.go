@@ -62,11 +62,15 @@ func ChartOf(rep *Report) Chart {
 		life.TargetLabel = "target: 1.5× crun run"
 	}
 	exec := durations(GroupExec, "Exec round trip of true in a running sandbox, median ms")
-	exec.Target, exec.TargetLabel = 2, "target: 2 ms"
+	if r := rep.result(PeerName("crun")); r != nil && r.Median > 0 {
+		exec.Target = ExecVsCrun * msOf(r.Median)
+		exec.TargetLabel = fmt.Sprintf("target: %.1f× crun run", ExecVsCrun)
+	}
 
-	tp := ChartGroup{
-		Title:  "Throughput: lifecycles per second with C concurrent clients, higher is better",
-		Target: ThroughputTarget, TargetLabel: fmt.Sprintf("target: %.0f/s", ThroughputTarget),
+	tp := ChartGroup{Title: "Throughput: lifecycles per second with C concurrent clients, higher is better"}
+	if _, p := throughputPair(rep, PeerName("crun")); p != nil {
+		tp.Target = ThroughputVsCrun * p.PerSecond
+		tp.TargetLabel = fmt.Sprintf("target: %.1f× crun run, %d clients", ThroughputVsCrun, p.Clients)
 	}
 	for _, t := range rep.Throughput {
 		b := Bar{
@@ -81,9 +85,10 @@ func ChartOf(rep *Report) Chart {
 		tp.Bars = append(tp.Bars, b)
 	}
 
-	dens := ChartGroup{
-		Title:  "Idle density: host memory per idle box (MemAvailable), MiB, lower is better",
-		Target: float64(DensityTarget) / (1 << 20), TargetLabel: "target: 2 MiB",
+	dens := ChartGroup{Title: "Idle density: host memory per idle box (MemAvailable), MiB, lower is better"}
+	if p := rep.density("crun"); p != nil {
+		dens.Target = DensityVsCrun * float64(p.PerBox) / (1 << 20)
+		dens.TargetLabel = fmt.Sprintf("target: %.1f× crun", DensityVsCrun)
 	}
 	for _, d := range rep.Density {
 		b := Bar{
@@ -98,12 +103,29 @@ func ChartOf(rep *Report) Chart {
 		dens.Bars = append(dens.Bars, b)
 	}
 
+	back := ChartGroup{Title: "Memory back after the idle boxes are removed, % of what they took, higher is better"}
+	for _, d := range rep.Density {
+		if d.Running == 0 || d.Returned <= 0 {
+			continue
+		}
+		back.Bars = append(back.Bars, Bar{
+			Label:  fmt.Sprintf("%s, %d removed", d.Name, d.Running),
+			Value:  100 * d.Returned,
+			Text:   fmt.Sprintf("%.0f%%", 100*d.Returned),
+			Corral: d.Name == "corral",
+		})
+	}
+	if p := rep.density("crun"); p != nil && p.Returned > 0 {
+		back.Target = MemoryBackVsCrun * 100 * p.Returned
+		back.TargetLabel = fmt.Sprintf("target: %.2f× crun", MemoryBackVsCrun)
+	}
+
 	fork := durations(GroupFork, "Fork of a running sandbox (one copy), median ms: flat in the data written")
 	susp := durations(GroupSuspend, "Pause, suspend and resume of an idle sandbox, median ms")
 	if s := rep.Suspend; s != nil && s.MemoryBytes > 0 {
 		susp.Title += fmt.Sprintf("; saved memory %s", mib(s.MemoryBytes))
 	}
-	for _, g := range []ChartGroup{life, exec, tp, dens, fork, susp} {
+	for _, g := range []ChartGroup{life, exec, tp, dens, back, fork, susp} {
 		if len(g.Bars) > 0 {
 			c.Groups = append(c.Groups, g)
 		}

@@ -104,7 +104,8 @@ func TestWriteSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	bars, targets, text := svgBars(t, buf.Bytes())
-	want := len(rep.Results) + len(rep.Throughput) + len(rep.Density)
+	// One per result, plus the memory back of the density series that ran.
+	want := len(rep.Results) + len(rep.Throughput) + len(rep.Density) + 1
 	if len(bars) != want {
 		t.Errorf("SVG has %d bars; want one per result, %d", len(bars), want)
 	}
@@ -114,15 +115,16 @@ func TestWriteSVG(t *testing.T) {
 			corral++
 		}
 	}
-	// Corral's: 3 lifecycle/exec + pool + 2 forks + 2 suspend + 2 throughput + 1 density.
-	if corral != 11 {
-		t.Errorf("SVG has %d Corral bars; want 11", corral)
+	// Corral's: 3 lifecycle/exec + pool + 2 forks + 2 suspend + 2 throughput + 1 density + 1 memory back.
+	if corral != 12 {
+		t.Errorf("SVG has %d Corral bars; want 12", corral)
 	}
-	// lifecycle (1.5x crun), exec (2 ms), throughput (100/s), density (2 MiB).
-	if targets != 4 {
-		t.Errorf("SVG has %d target lines; want 4", targets)
+	// lifecycle (1.5x crun), exec (0.3x crun), throughput (1.0x crun's);
+	// no density target: crun's idle containers failed.
+	if targets != 3 {
+		t.Errorf("SVG has %d target lines; want 3", targets)
 	}
-	for _, s := range []string{"40 ms", "25.0/s", "3.00 MiB", "podman not installed", `criu: <restore> failed & "quoted"`, "target: 2 MiB", "saved memory 5.00 MiB"} {
+	for _, s := range []string{"40 ms", "25.0/s", "3.00 MiB", "podman not installed", `criu: <restore> failed & "quoted"`, "target: 1.0× crun run, 4 clients", "saved memory 5.00 MiB", "99%"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("SVG text lacks %q", s)
 		}
@@ -148,7 +150,7 @@ func TestChartOfScales(t *testing.T) {
 		t.Errorf("chartMax of nothing = %v; want 1", got)
 	}
 	c := ChartOf(sampleReport())
-	prefixes := []string{"Lifecycle of true", "Exec round trip", "Throughput", "Idle density", "Fork", "Pause, suspend and resume"}
+	prefixes := []string{"Lifecycle of true", "Exec round trip", "Throughput", "Idle density", "Memory back", "Fork", "Pause, suspend and resume"}
 	if len(c.Groups) != len(prefixes) {
 		t.Fatalf("chart has %d groups; want %d", len(c.Groups), len(prefixes))
 	}

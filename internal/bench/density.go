@@ -21,13 +21,6 @@ import (
 	"github.com/corral-sandbox/corral/client"
 )
 
-// DensityTarget is the target of idle density: at most this much host
-// memory per idle sandbox, with at least DensityTargetBoxes of them.
-const (
-	DensityTarget      = 2 << 20
-	DensityTargetBoxes = 1000
-)
-
 // MeminfoFields are the /proc/meminfo fields whose growth a density
 // measurement reports.
 var MeminfoFields = []string{
@@ -88,8 +81,12 @@ type Density struct {
 	// MemcgsLeft is how many more memory cgroups the kernel counts after
 	// removal than before (/proc/cgroups): removed cgroups that still hold
 	// charged pages ("dying") show up here.
-	MemcgsLeft int    `json:"memcgs_left"`
-	Err        string `json:"error,omitempty"`
+	MemcgsLeft int `json:"memcgs_left"`
+	// ReturnedIn is how long after the last removal Returned, Leftover
+	// and MemcgsLeft were read: when the memory was back, or
+	// Config.ReturnWait.
+	ReturnedIn time.Duration `json:"returned_in_ns,omitempty"`
+	Err        string        `json:"error,omitempty"`
 }
 
 // Meminfo is /proc/meminfo in bytes (fields given in kB are converted).
@@ -486,20 +483,37 @@ func (r *run) measureDensity(ctx context.Context, b densityBoxes, n int) Density
 	if err := removeAll(); err != nil && d.Err == "" {
 		d.Err = fmt.Sprintf("remove: %v", err)
 	}
-	sleep(ctx, r.cfg.Settle)
-	after, err := readMeminfo()
-	if err != nil {
-		return fail(err)
-	}
-	d.AvailableAfter = after["MemAvailable"]
-	d.Returned = returnedFraction(d.AvailableBefore, d.AvailableIdle, d.AvailableAfter)
-	d.Leftover = growth(before, after, MeminfoFields)
-	if memcgsBefore >= 0 {
-		if n := memcgs(); n >= 0 {
-			d.MemcgsLeft = n - memcgsBefore
+	// The memory comes back, and the memory cgroups go, as the kernel
+	// frees what the boxes held: read them every second until they are
+	// back (MemoryBackVsCrun of what the boxes took, no cgroup left) or
+	// ReturnWait has passed.
+	removed := time.Now()
+	for {
+		sleep(ctx, time.Second)
+		after, err := readMeminfo()
+		if err != nil {
+			return fail(err)
+		}
+		d.AvailableAfter = after["MemAvailable"]
+		d.Returned = returnedFraction(d.AvailableBefore, d.AvailableIdle, d.AvailableAfter)
+		d.Leftover = growth(before, after, MeminfoFields)
+		if memcgsBefore >= 0 {
+			if n := memcgs(); n >= 0 {
+				d.MemcgsLeft = n - memcgsBefore
+			}
+		}
+		d.ReturnedIn = time.Since(removed)
+		if back(d.Returned, d.MemcgsLeft) || d.ReturnedIn >= r.cfg.ReturnWait || ctx.Err() != nil {
+			return d
 		}
 	}
-	return d
+}
+
+// back reports whether the memory of removed boxes counts as given back:
+// at least MemoryBackVsCrun of it available again (crun's idle containers
+// give back about all of theirs) and no memory cgroup left.
+func back(returned float64, memcgsLeft int) bool {
+	return returned >= MemoryBackVsCrun && memcgsLeft <= 0
 }
 
 // waitAgentsExit waits until the boxes in set have one process each (their

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/corral-sandbox/corral/client"
@@ -22,6 +23,33 @@ const (
 // ForkName is the name of the fork series of a sandbox that wrote n bytes.
 func ForkName(n int64) string { return fmt.Sprintf("corral fork (%s written)", sizeName(n)) }
 
+// ForkUnsyncedName is the name of the fork series of a sandbox that has
+// just written n bytes without syncing them, before each fork.
+func ForkUnsyncedName(n int64) string {
+	return fmt.Sprintf("corral fork (%s written, not synced)", sizeName(n))
+}
+
+// unsyncedForkBytes returns n for a name made by ForkUnsyncedName(n).
+func unsyncedForkBytes(name string) (int64, bool) {
+	s, ok := strings.CutPrefix(name, "corral fork (")
+	if !ok {
+		return 0, false
+	}
+	if s, ok = strings.CutSuffix(s, " written, not synced)"); !ok {
+		return 0, false
+	}
+	var n int64
+	var unit string
+	if _, err := fmt.Sscanf(s, "%d %s", &n, &unit); err != nil || n <= 0 {
+		return 0, false
+	}
+	shift, ok := map[string]uint{"B": 0, "KiB": 10, "MiB": 20, "GiB": 30}[unit]
+	if !ok {
+		return 0, false
+	}
+	return n << shift, ForkUnsyncedName(n<<shift) == name
+}
+
 // SuspendSize is what suspended sandboxes keep on disk.
 type SuspendSize struct {
 	// MemoryBytes is the median size of the saved memory state of an idle
@@ -37,10 +65,14 @@ func (r *run) ops(ctx context.Context) {
 	r.pool(ctx)
 	for _, n := range r.cfg.ForkBytes {
 		r.progress("%s x%d", ForkName(n), r.cfg.Forks)
-		r.addResult(GroupFork, ForkName(n), func() ([]time.Duration, error) { return r.fork(ctx, n, false) })
+		r.addResult(GroupFork, ForkName(n), func() ([]time.Duration, error) { return r.fork(ctx, n, false, true) })
+	}
+	if n := r.cfg.ForkUnsyncedBytes; n > 0 {
+		r.progress("%s x%d", ForkUnsyncedName(n), r.cfg.Forks)
+		r.addResult(GroupFork, ForkUnsyncedName(n), func() ([]time.Duration, error) { return r.fork(ctx, n, false, false) })
 	}
 	r.progress("%s x%d", NameForkMemoryState, r.cfg.Forks)
-	r.addResult(GroupFork, NameForkMemoryState, func() ([]time.Duration, error) { return r.fork(ctx, 1<<20, true) })
+	r.addResult(GroupFork, NameForkMemoryState, func() ([]time.Duration, error) { return r.fork(ctx, 1<<20, true, true) })
 	r.suspend(ctx)
 }
 
@@ -79,8 +111,11 @@ func (r *run) remove(ctx context.Context, id string) {
 }
 
 // fork times Fork (one copy) of a sandbox that wrote n bytes of random
-// data, and removes each copy (untimed).
-func (r *run) fork(ctx context.Context, n int64, memory bool) ([]time.Duration, error) {
+// data, and removes each copy (untimed). With synced the box writes once
+// and flushes its file system; without, it writes the data again before
+// each fork and does not flush it, as an agent forking right after a
+// package install would.
+func (r *run) fork(ctx context.Context, n int64, memory, synced bool) ([]time.Duration, error) {
 	c := r.cfg.Client
 	id, err := r.newBox(ctx)
 	if err != nil {
@@ -92,11 +127,19 @@ func (r *run) fork(ctx context.Context, n int64, memory bool) ([]time.Duration, 
 	// host still holds of the image in its page cache is not flushed. A
 	// plain sync (sync(2)) would also flush the host's file systems, in an
 	// order that decides how much of the image stays dirty.
-	if err := r.exec(ctx, id, "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /fork.data && sync -f /fork.data", n)); err != nil {
-		return nil, fmt.Errorf("write %s: %w", sizeName(n), err)
+	write := fmt.Sprintf("head -c %d /dev/urandom > /fork.data", n)
+	if synced {
+		if err := r.exec(ctx, id, "sh", "-c", write+" && sync -f /fork.data"); err != nil {
+			return nil, fmt.Errorf("write %s: %w", sizeName(n), err)
+		}
 	}
 	var s []time.Duration
 	for i := range r.cfg.Forks {
+		if !synced {
+			if err := r.exec(ctx, id, "sh", "-c", write); err != nil {
+				return s, fmt.Errorf("write %s: %w", sizeName(n), err)
+			}
+		}
 		start := time.Now()
 		copies, err := c.Fork(ctx, id, client.ForkOptions{Count: 1, MemoryState: memory})
 		d := time.Since(start)

@@ -191,55 +191,10 @@ func printDensity(w io.Writer, rep *Report) {
 }
 
 func printTargets(w io.Writer, rep *Report) {
-	if r, ok := rep.Ratios["crun"]; ok {
-		fmt.Fprintf(w, "target lifecycle <= 1.5x raw crun run: %s (%.2fx)\n", verdict(r <= 1.5), r)
-	}
-	crun, pooled := rep.result(PeerName("crun")), rep.result(NamePoolLifecycle)
-	if crun != nil && pooled != nil && crun.Median > 0 && pooled.Median > 0 {
-		r := float64(pooled.Median) / float64(crun.Median)
-		fmt.Fprintf(w, "target lifecycle <= 1.5x raw crun run, with a warm pool: %s (%.2fx)\n", verdict(r <= 1.5), r)
-	}
-	if r := rep.result(NamePoolExec); r != nil && r.Err == "" && r.Median > 0 {
-		fmt.Fprintf(w, "target create -> first exec done <= 2 ms median with a warm pool: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
-	}
-	if r := rep.result(NameExec); r != nil && r.Err == "" && r.Median > 0 {
-		fmt.Fprintf(w, "target exec round trip <= 2 ms median: %s (%s)\n", verdict(r.Median <= 2*time.Millisecond), ms(r.Median))
-	}
-	if best := bestThroughput(rep); best != nil {
-		fmt.Fprintf(w, "target >= %.0f create+rm per second: %s (%.1f/s with %d client%s)\n",
-			ThroughputTarget, verdict(best.PerSecond >= ThroughputTarget), best.PerSecond, best.Clients, plural(best.Clients))
-	}
-	for _, d := range rep.Density {
-		if d.Name == "corral" && d.Running > 0 {
-			fmt.Fprintf(w, "target >= %d idle boxes at <= %s each: %s (%d boxes, %s each)\n", DensityTargetBoxes, mib(DensityTarget),
-				verdict(d.Running >= DensityTargetBoxes && d.PerBox <= DensityTarget), d.Running, mib(d.PerBox))
-		}
-	}
-	small, big := rep.result(ForkName(1<<20)), rep.result(ForkName(1<<30))
-	if small != nil && big != nil && small.Median > 0 && big.Median > 0 {
-		fmt.Fprintf(w, "fork after 1 GiB written / after 1 MiB written: %.2fx (%s vs %s); the first fork after the write: %s vs %s\n",
-			float64(big.Median)/float64(small.Median), ms(big.Median), ms(small.Median), ms(big.First), ms(small.First))
-		// The first fork counts too: it is the one that would wait for the
-		// host to write back what the sandbox just wrote.
-		met := big.Median <= 50*time.Millisecond && big.First <= 50*time.Millisecond
-		fmt.Fprintf(w, "target fork <= 50 ms, flat in the data written: %s (%s after 1 GiB, the first %s)\n", verdict(met), ms(big.Median), ms(big.First))
-	}
-	if r := rep.result(NameResume); r != nil && r.Err == "" && r.Median > 0 {
-		fmt.Fprintf(w, "target memory restore <= 100 ms for a small process tree: %s (resume of a suspended box %s)\n", verdict(r.Median <= 100*time.Millisecond), ms(r.Median))
+	for _, v := range Verdicts(rep) {
+		fmt.Fprintln(w, v)
 	}
 	printTierTargets(w, rep)
-}
-
-// bestThroughput is Corral's series with the highest rate, or nil.
-func bestThroughput(rep *Report) *Throughput {
-	var best *Throughput
-	for i := range rep.Throughput {
-		t := &rep.Throughput[i]
-		if t.Name == NameThroughput && t.Ops > 0 && (best == nil || t.PerSecond > best.PerSecond) {
-			best = t
-		}
-	}
-	return best
 }
 
 func verdict(ok bool) string {

@@ -17,10 +17,6 @@ import (
 // NameThroughput is the name of Corral's throughput series.
 const NameThroughput = "corral create+rm"
 
-// ThroughputTarget is the target of Corral's throughput: sandboxes created
-// and removed per second.
-const ThroughputTarget = 100.0
-
 // Throughput is one series of lifecycles done by Clients concurrent
 // clients: Corral's create+remove through the API, or a peer's run of true.
 type Throughput struct {

@@ -337,3 +337,38 @@ func RemoveEmpty(root, rel string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// DropCharges reclaims the memory still charged to the cgroup rel once its
+// processes are gone, so that removing it frees it at once. What stays
+// charged to an empty memory cgroup is mostly page cache its processes
+// read first and others share (an image's lower layer files, the agent's
+// binary): the kernel keeps such pages charged to the removed cgroup,
+// which then lingers as a dying cgroup, with its per-CPU statistics and
+// slab, until memory pressure reclaims them; on a host with free memory
+// that is never. v1 writes memory.force_empty (which refuses while
+// processes remain); v2 asks memory.reclaim for what memory.current
+// says. A missing cgroup or memory controller is success; so is a
+// reclaim that could not take everything (the removal then goes on, as
+// before).
+func DropCharges(root, rel string) error {
+	if DetectMode(root) == Legacy {
+		err := os.WriteFile(filepath.Join(root, "memory", rel, "memory.force_empty"), []byte("0"), 0)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("drop memory charges: %w", err)
+	}
+	dir := filepath.Join(root, rel)
+	cur, err := readUint(filepath.Join(dir, "memory.current"))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && cur == 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop memory charges: %w", err)
+	}
+	err = os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte(strconv.FormatUint(cur, 10)), 0)
+	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.EAGAIN) {
+		return nil
+	}
+	return fmt.Errorf("drop memory charges: %w", err)
+}

@@ -186,3 +186,53 @@ func TestSwapAccounting(t *testing.T) {
 		})
 	}
 }
+
+func TestDropChargesV1(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "memory", "corral", "box")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fe := filepath.Join(dir, "memory.force_empty")
+	os.WriteFile(fe, nil, 0o644)
+	if err := DropCharges(root, "/corral/box"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(fe); string(b) != "0" {
+		t.Errorf("memory.force_empty = %q; want 0 written", b)
+	}
+	// No memory hierarchy, or the cgroup is gone: nothing to do.
+	if err := DropCharges(root, "/corral/gone"); err != nil {
+		t.Errorf("DropCharges of a missing cgroup = %v; want nil", err)
+	}
+}
+
+func TestDropChargesV2(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
+	dir := filepath.Join(root, "corral", "box")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "memory.current"), []byte("2052096\n"), 0o644)
+	rec := filepath.Join(dir, "memory.reclaim")
+	os.WriteFile(rec, nil, 0o644)
+	if err := DropCharges(root, "/corral/box"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(rec); string(b) != "2052096" {
+		t.Errorf("memory.reclaim = %q; want memory.current written", b)
+	}
+	// Nothing charged: no reclaim asked.
+	os.WriteFile(filepath.Join(dir, "memory.current"), []byte("0\n"), 0o644)
+	os.WriteFile(rec, nil, 0o644)
+	if err := DropCharges(root, "/corral/box"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(rec); len(b) != 0 {
+		t.Errorf("memory.reclaim = %q with nothing charged; want nothing written", b)
+	}
+	if err := DropCharges(root, "/corral/gone"); err != nil {
+		t.Errorf("DropCharges of a missing cgroup = %v; want nil", err)
+	}
+}

@@ -68,11 +68,17 @@ nothing else starting or stopping meanwhile.
 group, targets drawn as lines); --json prints every figure as JSON instead
 of the tables, --json-file FILE writes it next to them.
 
-Targets: lifecycle within 1.5x of raw "crun run" of true; exec round trip
-<= 2 ms median; >= 100 create+rm per second; >= 1000 idle boxes at
-<= 2 MiB of host memory each; gvisor lifecycle within 1.2x of raw "runsc
-run"; gvisor exec within 3x of the container tier's; the user namespace
-within 10% (lifecycle and throughput).`,
+Targets are ratios against a peer measured in the same run, never absolute
+figures: cold create -> first exec -> rm <= 1.5x a raw "crun run" of true
+(also from a warm pool); create -> first exec from a warm pool and an exec
+round trip <= 0.3x crun run; create+rm per second with 4 clients >= 1.0x
+crun run's; idle host memory per box <= 1.2x an idle crun container's;
+memory back after the idle boxes are removed >= 0.98x crun's within
+--return-wait, no memory cgroup left; a fork right after 512 MiB written
+without syncing, and after 1 GiB written and synced, <= 1.2x a fork after
+1 MiB; memory restore (resume of a suspended box) <= 5x crun run;
+gvisor lifecycle <= 1.2x raw "runsc run"; gvisor exec <= 3x the container
+tier's; the user namespace within 10% (lifecycle and throughput).`,
 		Example: `  sudo corral bench --chart bench.svg --json-file bench.json
   sudo corral bench --only lifecycle,throughput --lifecycles 100 --execs 1000
   sudo corral bench --only density --density 200 --density-peers crun
@@ -147,6 +153,8 @@ within 10% (lifecycle and throughput).`,
 	f.DurationVar(&cfg.Settle, "settle", bench.DefaultSettle, "wait before each read of host memory")
 	f.DurationVar(&cfg.AgentIdleWait, "density-idle-wait", 2*time.Minute, "wait up to this long for the idle boxes' agents to exit (the daemon's agent_idle_exit) before measuring them; 0 measures them with their agents")
 	f.IntVar(&cfg.Forks, "forks", 5, "forks, pauses and suspends timed per series")
+	f.Var(sizeFlag{&cfg.ForkUnsyncedBytes}, "fork-unsynced", "written without syncing before each fork of the unsynced fork series: bytes or 512m (default 512m)")
+	f.DurationVar(&cfg.ReturnWait, "return-wait", bench.DefaultReturnWait, "wait up to this long after the idle boxes are removed for their memory to come back and their memory cgroups to go")
 	f.StringVar(&chart, "chart", "", "write an SVG chart of the results to FILE")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (every figure) instead of the tables")
 	f.StringVar(&jsonFile, "json-file", "", "also write the report as JSON to FILE")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -171,6 +172,9 @@ func attachLoop(file string, readonly, directIO bool) (*os.File, error) {
 			return nil, fmt.Errorf("find a free loop device: %w", err)
 		}
 		dev, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), mode|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
+			continue // removed meanwhile (TrimLoops): ask for another
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open loop device: %w", err)
 		}
@@ -260,4 +264,63 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// TrimLoops removes the free loop devices (attached to no file) beyond the
+// keep lowest-numbered free ones, and returns how many it removed. A loop
+// device stays in the kernel after its file is detached, with its disk,
+// queue and workqueue (slab and per-CPU memory) for reuse: a host that
+// once ran a thousand boxes at a time keeps a thousand of them. The kernel
+// hands out the lowest free number first, so the devices kept are the
+// ones the next attaches take, here and in other programs; one that is
+// being taken meanwhile (open) is busy and stays, and attachLoop asks for
+// another when the one it was given is removed before it opens it.
+func TrimLoops(keep int) (int, error) {
+	return trimLoops("/sys/block", "/dev/loop-control", keep)
+}
+
+func trimLoops(sysBlock, control string, keep int) (int, error) {
+	free, err := freeLoops(sysBlock)
+	if err != nil {
+		return 0, fmt.Errorf("trim loop devices: %w", err)
+	}
+	if len(free) <= keep {
+		return 0, nil
+	}
+	ctl, err := os.OpenFile(control, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("trim loop devices: %w", err)
+	}
+	defer ctl.Close()
+	removed := 0
+	for _, n := range free[keep:] {
+		// EBUSY: attached or opened since the listing; it stays.
+		if err := unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_REMOVE, n); err == nil {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
+// freeLoops returns the numbers of the loop devices listed in sysBlock
+// that are attached to no file, lowest first.
+func freeLoops(sysBlock string) ([]int, error) {
+	ents, err := os.ReadDir(sysBlock)
+	if err != nil {
+		return nil, err
+	}
+	var free []int
+	for _, e := range ents {
+		num, ok := strings.CutPrefix(e.Name(), "loop")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || n < 0 {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(sysBlock, e.Name(), "loop", "backing_file")); err == nil {
+			continue // attached
+		}
+		free = append(free, n)
+	}
+	slices.Sort(free)
+	return free, nil
 }

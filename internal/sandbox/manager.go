@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -134,6 +135,10 @@ type ManagerConfig struct {
 	// Observe is told how long each Create, Fork and Resume took and how
 	// it ended (the daemon's metrics); nil: nobody.
 	Observe func(op string, d time.Duration, err error)
+	// FreeMemory returns the daemon's free heap to the host; it is called
+	// in the background when the sandboxes drop to half of their peak
+	// (nil: debug.FreeOSMemory).
+	FreeMemory func()
 }
 
 // Operations reported to ManagerConfig.Observe.
@@ -202,6 +207,10 @@ type Manager struct {
 	eventSeq uint64
 	// dropped counts the events subscriptions lost.
 	dropped atomic.Uint64
+	// peak is the most sandboxes known since the heap was last given
+	// back; guarded by mu. freeing is set while FreeMemory runs.
+	peak    int
+	freeing atomic.Bool
 }
 
 // busy records that a request is creating, using or deleting a sandbox.
@@ -533,6 +542,7 @@ func (m *Manager) reserve(b *box) error {
 		return err
 	}
 	m.boxes[b.rec.ID] = b
+	m.peak = max(m.peak, len(m.boxes))
 	return nil
 }
 
@@ -549,7 +559,34 @@ func (m *Manager) forgetLocked(b *box) {
 	m.stopTimerLocked(b)
 	if m.boxes[b.rec.ID] == b {
 		delete(m.boxes, b.rec.ID)
+		m.freeMemoryLocked()
 	}
+}
+
+// minFreePeak is the fewest sandboxes whose removal gives the heap back.
+const minFreePeak = 8
+
+// freeMemoryLocked gives the daemon's free heap back to the host once the
+// sandboxes dropped to half of their peak (at least minFreePeak): the Go
+// runtime keeps freed heap for reuse and returns it slowly, so the memory
+// of a thousand sandboxes' records, watchers and buffers would stay in
+// the daemon's RSS long after they were removed. It runs in the
+// background, one at a time; the caller holds mu.
+func (m *Manager) freeMemoryLocked() {
+	if m.peak < minFreePeak || len(m.boxes) > m.peak/2 || m.closed || !m.freeing.CompareAndSwap(false, true) {
+		return
+	}
+	m.peak = len(m.boxes)
+	free := m.cfg.FreeMemory
+	if free == nil {
+		free = debug.FreeOSMemory
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		defer m.freeing.Store(false)
+		free()
+	}()
 }
 
 // arm starts b's deadline timer, if it has a deadline.

@@ -786,3 +786,39 @@ func TestObserve(t *testing.T) {
 		t.Errorf("observed %v; want %v", got, want)
 	}
 }
+
+// TestRemovalsGiveTheHeapBack: once the sandboxes drop to half of their
+// peak the daemon's free heap is given back to the host (the Go runtime
+// would keep it for reuse, and the daemon's RSS would stay at its peak);
+// a few removals among many do not.
+func TestRemovalsGiveTheHeapBack(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	cfg := env.Config()
+	var freed atomic.Int32
+	cfg.FreeMemory = func() { freed.Add(1) }
+	m, err := sandbox.NewManager(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 10 {
+		rec, err := m.Create(ctx, sandbox.CreateRequest{})
+		if err != nil {
+			t.Fatalf("Create() = %v", err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	for _, id := range ids[:4] { // 6 of 10 left: more than half
+		if err := m.Delete(ctx, id, true); err != nil {
+			t.Fatalf("Delete(%s) = %v", id, err)
+		}
+	}
+	if err := m.Delete(ctx, ids[4], true); err != nil { // 5 of 10 left
+		t.Fatal(err)
+	}
+	m.Close() // waits for the background work
+	if n := freed.Load(); n != 1 {
+		t.Errorf("heap given back %d times after 5 of 10 sandboxes were removed; want once", n)
+	}
+}

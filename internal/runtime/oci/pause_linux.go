@@ -168,11 +168,26 @@ func (f freezer) frozen() (bool, error) {
 // mounts.json), from the runtime thread's mount namespace where they live.
 // That covers the ext4 disk that holds the overlay's upper directory and
 // the overlay itself (whose syncfs syncs its upper file system), whether
-// or not the box runs. Freeze the box first (Pause) so that nothing
-// writes after the flush.
+// or not the box runs. A running box's root is flushed through its PID 1
+// as well: a daemon started again after a crash has a new runtime
+// namespace, where the recorded targets are plain directories (syncfs of
+// them flushes the host's file system, not the box's disk), and the box's
+// own mount namespace is the only one that still holds its mounts. Freeze
+// the box first (Pause) so that nothing writes after the flush.
 func (r *Runtime) Sync(ctx context.Context, id string) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
+	}
+	p, running, err := r.init(id)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", id, err)
+	}
+	if running {
+		err := syncRoot(p.pid)
+		p.close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", id, err)
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(r.Dir(id), mountsFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -201,6 +216,22 @@ func (r *Runtime) Sync(ctx context.Context, id string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", id, err)
+	}
+	return nil
+}
+
+// syncRoot flushes the file system at the root of process pid (a box's
+// overlay, whose syncfs flushes its upper file system: the box's disk),
+// from whatever mount namespace the caller is in.
+func syncRoot(pid int) error {
+	root := fmt.Sprintf("/proc/%d/root", pid)
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", root, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("syncfs %s: %w", root, err)
 	}
 	return nil
 }
