@@ -809,6 +809,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 		return err
 	}
 	m.stopTimer(b)
+	st := log.StartSteps(ctx)
 	// A removal asked for: a failure leaves an error to remove, never a
 	// box to recover.
 	rec.State, rec.ErrorFrom = StateDeleting, ""
@@ -817,6 +818,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			return err
 		}
 	}
+	st.Step("record")
 	if m.cfg.Network != nil {
 		if err := m.cfg.Network.Detach(rec.ID, true); err != nil {
 			if err := fail(fmt.Errorf("detach network of %s: %w", rec.ID, err)); err != nil {
@@ -824,6 +826,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			}
 		}
 	}
+	st.Step("network")
 	if rt != nil {
 		if err := rt.Delete(ctx, rec.ID); err != nil {
 			if err := fail(fmt.Errorf("delete sandbox %s from runtime: %w", rec.ID, err)); err != nil {
@@ -831,6 +834,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			}
 		}
 	}
+	st.Step("runtime")
 	if beforeRemove != nil {
 		beforeRemove(ctx)
 	}
@@ -846,6 +850,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			return err
 		}
 	}
+	st.Step("layer")
 	how := persistFirst
 	if force {
 		how = persistAnyway // a failed delete is ignored: drop the box
@@ -857,6 +862,8 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 	} else {
 		m.releaseIDs(rec.ID)
 	}
+	st.Step("drop")
+	st.Done(ctx, "sandbox teardown")
 	return nil
 }
 

@@ -329,16 +329,19 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 	if err := checkSpec(id, spec); err != nil {
 		return err
 	}
+	st := log.StartSteps(ctx)
 	cu, err := r.newDir(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer cu.Clean()
+	st.Step("dir")
 	// prepare keeps the listening socket for Start.
-	if _, err := r.prepare(id, spec, true); err != nil {
+	if _, err := r.prepare(id, spec, true, st); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	cu.Release()
+	st.Done(ctx, "oci create")
 	return nil
 }
 
@@ -382,7 +385,7 @@ func (r *Runtime) newDir(ctx context.Context, id string) (*cleanup.Cleanup, erro
 // (with the agent's listening socket when listen is set) and writes the
 // bundle of sandbox id, whose directory exists. The caller deletes the
 // sandbox on error.
-func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File, error) {
+func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool, st *log.Steps) (*os.File, error) {
 	nsOfBox, usernsOfBox := r.netnsPath(id), ""
 	if spec.HostNetwork {
 		nsOfBox = "" // the agent's socket only: see Runtime
@@ -413,6 +416,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 	if err != nil {
 		return nil, err
 	}
+	st.Step("spec")
 	dir := r.Dir(id)
 	rootfs := filepath.Join(dir, rootfsDir)
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
@@ -442,6 +446,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 	if err := writeJSON(filepath.Join(dir, mountsFile), targets); err != nil {
 		return nil, err
 	}
+	st.Step("mounts_record")
 	var u *userns.Range
 	if spec.UserNS != nil && !spec.HostNetwork {
 		u = spec.UserNS
@@ -450,6 +455,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 	if err != nil {
 		return nil, err
 	}
+	st.Step("netns")
 	var nsFile *os.File
 	if u != nil {
 		// The idmapped layers take the box's own user namespace.
@@ -467,12 +473,14 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 		}
 		return nil, err
 	}
+	st.Step("mount_rootfs")
 	if err := atomicfile.Write(filepath.Join(dir, configFile), configJSON, 0o600); err != nil {
 		if l != nil {
 			l.Close()
 		}
 		return nil, err
 	}
+	st.Step("config")
 	r.mu.Lock()
 	if l != nil {
 		r.listeners[id] = l
@@ -501,10 +509,12 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if r.binary == "" {
 		return r.errNoBinary("start", id)
 	}
+	steps := log.StartSteps(ctx)
 	st, err := r.State(ctx, id)
 	if err != nil {
 		return err
 	}
+	steps.Step("state")
 	switch st.Status {
 	case sandbox.StatusRunning, sandbox.StatusPaused:
 		return fmt.Errorf("start %s: sandbox is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
@@ -549,6 +559,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.exposeNS(id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("netns")
 
 	out, err := openLog(dir)
 	if err != nil {
@@ -561,6 +572,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.handAgentToken(id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("files")
 	cmd := r.command(context.WithoutCancel(ctx), r.runArgs(rlog, pid, filepath.Join(dir, bundleDir), id)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if l != nil {
@@ -569,12 +581,15 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.ns.Do(cmd.Start); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("fork")
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("start %s: %s run: %w: %s", id, filepath.Base(r.binary), err, tail(rlog))
 	}
+	steps.Step("run")
 	if err := r.waitExec(ctx, id, prog); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("exec_pid1")
 	if r.runsc != nil && r.processArgs == nil {
 		if err := r.waitAgentTCP(ctx, id); err != nil {
 			return fmt.Errorf("start %s: %w", id, err)
@@ -583,6 +598,8 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.protectAgent(ctx, id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("oom_score")
+	steps.Done(ctx, "oci start")
 	return nil
 }
 
@@ -799,6 +816,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
 	}
+	st := log.StartSteps(ctx)
 	// A checkpoint or restore left by a killed daemon may hold the
 	// processes seized or frozen; the box goes, so it need not finish.
 	if err := r.stopStrayCRIU(id, 0); err != nil {
@@ -809,6 +827,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.thaw(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("criu_thaw")
 	if p, ok, err := r.init(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	} else if ok {
@@ -818,9 +837,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
 	}
+	st.Step("kill")
 	if err := r.runtimeDelete(ctx, id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("runtime_delete")
 	r.mu.Lock()
 	if l := r.listeners[id]; l != nil {
 		l.Close()
@@ -833,9 +854,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.unmountAll(dir); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("unmount")
 	if err := r.removeNS(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("netns")
 	// Usually every process is gone with PID 1 (they lived in its pid
 	// namespace) and one rmdir per hierarchy does. Only a cgroup that
 	// still holds processes, which no pid file leads to (a restore cut
@@ -846,12 +869,15 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
 	}
+	st.Step("cgroups")
 	// The host's view never holds the rootfs mounts (they live in the
 	// runtime thread's namespace), and unmountAll checked they are gone
 	// there too, so this cannot reach into a sandbox's files.
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("dir")
+	st.Done(ctx, "oci delete")
 	return nil
 }
 
