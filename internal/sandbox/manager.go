@@ -74,6 +74,11 @@ type ManagerConfig struct {
 	// IDRanges gives each sandbox of a runtime with user namespaces
 	// (UserNSRuntime) its own host ids; nil gives none a user namespace.
 	IDRanges IDRanges
+	// NSPoolSize is how many network namespaces (each in its user
+	// namespace, with its id range, when the runtime uses them) are kept
+	// made ahead for the default runtime when it is an NSPreparer, so
+	// that a create takes one instead of making it (0: none).
+	NSPoolSize int
 	// AgentBinary is the host path of the static corral binary.
 	AgentBinary string
 	// InitBinary is the host path of corral-init (see Spec.InitBinary);
@@ -182,6 +187,9 @@ type Manager struct {
 	// (Unix nanoseconds); pool refills wait for a quiet moment.
 	lastBusy atomic.Int64
 
+	// nsPool holds the namespaces made ahead (see nspool.go).
+	nsPool nsPool
+
 	// subs are the event subscriptions; guarded by mu.
 	subs map[*Subscription]struct{}
 	// eventSeq numbers the record writes; guarded by mu.
@@ -239,7 +247,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	cfg.RefillQuiet = cmp.Or(cfg.RefillQuiet, DefaultRefillQuiet)
 	cfg.RefillMaxWait = cmp.Or(cfg.RefillMaxWait, DefaultRefillMaxWait)
 	return &Manager{cfg: cfg, boxes: map[string]*box{}, pools: map[string]*pool{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), subs: map[*Subscription]struct{}{}}, nil
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), subs: map[*Subscription]struct{}{},
+		nsPool: nsPool{kick: make(chan struct{}, 1)}}, nil
 }
 
 // runtime returns the runtime name to run something with, or why it is
@@ -313,6 +322,8 @@ type buildOpts struct {
 
 // build makes and starts sandbox id from the validated plan p.
 func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ Record, err error) {
+	m.nsPool.building.Add(1)
+	defer m.nsPool.building.Add(-1)
 	rt := m.cfg.Runtimes[p.rec.Runtime]
 	rec := p.rec
 	rec.ID = id
@@ -360,7 +371,18 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ 
 	// A box with a network may need its agent to install its CA
 	// certificate: corral-init then starts it while the network is wired.
 	spec.StartAgent = spec.InitBinary != "" && rec.Network != nil
-	if err := m.allocateIDs(id, rt, &spec); err != nil {
+	if !spec.HostNetwork && o.restore == "" {
+		m.takeNS(ctx, id, rec.Runtime, &spec)
+	}
+	if spec.Premade != "" {
+		// Until Create takes them over, the namespaces are under their key.
+		key := spec.Premade
+		cu.Add(func() {
+			if err := rt.Delete(tctx, key); err != nil {
+				log.G(tctx).Error("rollback: delete made-ahead namespaces", "key", key, "error", err)
+			}
+		})
+	} else if err := m.allocateIDs(id, rt, &spec); err != nil {
 		if o.mounts != nil {
 			_ = m.cfg.Layers.Remove(context.WithoutCancel(ctx), id)
 		}
@@ -1233,6 +1255,7 @@ func (m *Manager) Close() error {
 	}
 	m.bg.Wait()
 	m.writes.Wait()
+	m.drainNS(context.Background())
 	// Ready pool boxes are not worth keeping for the next daemon, which
 	// would remove them anyway: remove them now.
 	m.mu.Lock()

@@ -330,7 +330,13 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 		return err
 	}
 	st := log.StartSteps(ctx)
-	cu, err := r.newDir(ctx, id)
+	var cu *cleanup.Cleanup
+	var err error
+	if spec.Premade != "" {
+		cu, err = r.takeNS(ctx, spec.Premade, id)
+	} else {
+		cu, err = r.newDir(ctx, id)
+	}
 	if err != nil {
 		return err
 	}
@@ -451,8 +457,13 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool, st *log.St
 	if spec.UserNS != nil && !spec.HostNetwork {
 		u = spec.UserNS
 	}
-	l, err := r.makeNetNS(id, u, listen && r.runsc == nil)
-	if err != nil {
+	var l *os.File
+	if spec.Premade != "" {
+		// takeNS moved the namespaces and the agent's socket to id.
+		r.mu.Lock()
+		l = r.listeners[id]
+		r.mu.Unlock()
+	} else if l, err = r.makeNetNS(id, u, listen && r.runsc == nil); err != nil {
 		return nil, err
 	}
 	st.Step("netns")
@@ -482,7 +493,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool, st *log.St
 	}
 	st.Step("config")
 	r.mu.Lock()
-	if l != nil {
+	if l != nil && spec.Premade == "" {
 		r.listeners[id] = l
 	}
 	r.programs[id] = program(cfg)

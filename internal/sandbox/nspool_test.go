@@ -1,0 +1,144 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/sandbox/sandboxtest"
+	"github.com/corral-sandbox/corral/internal/testutil"
+	"github.com/corral-sandbox/corral/internal/userns"
+)
+
+// nsRuntime is the fake runtime with user namespaces that makes
+// namespaces ahead (sandbox.NSPreparer).
+type nsRuntime struct {
+	*sandboxtest.Runtime
+	mu      sync.Mutex
+	ready   map[string]*userns.Range // made ahead, not taken
+	taken   map[string]string        // sandbox id -> key
+	removed []string                 // keys deleted untaken
+}
+
+func (r *nsRuntime) UserNS() bool { return true }
+
+func (r *nsRuntime) PrepareNS(ctx context.Context, key string, u *userns.Range) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ready[key] = u
+	return nil
+}
+
+func (r *nsRuntime) Create(ctx context.Context, id string, spec *sandbox.Spec) error {
+	if key := spec.Premade; key != "" {
+		r.mu.Lock()
+		u, ok := r.ready[key]
+		if !ok || u == nil || spec.UserNS == nil || *u != *spec.UserNS {
+			r.mu.Unlock()
+			return fmt.Errorf("create %s with made-ahead %s: ready %v, range %v; spec range %v", id, key, ok, u, spec.UserNS)
+		}
+		delete(r.ready, key)
+		r.taken[id] = key
+		r.mu.Unlock()
+	}
+	return r.Runtime.Create(ctx, id, spec)
+}
+
+func (r *nsRuntime) Delete(ctx context.Context, id string) error {
+	r.mu.Lock()
+	if _, ok := r.ready[id]; ok {
+		delete(r.ready, id)
+		r.removed = append(r.removed, id)
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	return r.Runtime.Delete(ctx, id)
+}
+
+// readyKeys returns the keys made ahead and not taken.
+func (r *nsRuntime) readyKeys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.ready))
+}
+
+// waitReady waits until n namespaces are ready.
+func (r *nsRuntime) waitReady(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if k := r.readyKeys(); len(k) == n {
+			return k
+		} else if time.Now().After(deadline) {
+			t.Fatalf("ready namespaces = %v; want %d", k, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestNSPool(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	rt := &nsRuntime{Runtime: env.Runtime, ready: map[string]*userns.Range{}, taken: map[string]string{}}
+	ids := userns.NewAllocator(userns.Pool{Start: 1 << 20, Count: 16 * userns.Size})
+	cfg := env.Config()
+	cfg.Runtimes["fake"] = rt
+	cfg.IDRanges = ids
+	cfg.NSPoolSize = 2
+	m, err := sandbox.NewManager(cfg)
+	if err != nil {
+		t.Fatalf("NewManager() = %v", err)
+	}
+	defer m.Close()
+	if err := m.Start(ctx, nil); err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	before := rt.waitReady(t, 2)
+	if got := ids.InUse(); !slices.Equal(got, before) {
+		t.Fatalf("id ranges in use = %v; want the made-ahead keys %v", got, before)
+	}
+
+	rec, err := m.Create(ctx, sandbox.CreateRequest{})
+	if err != nil {
+		t.Fatalf("Create() = %v", err)
+	}
+	key := rt.taken[rec.ID]
+	if !slices.Contains(before, key) {
+		t.Fatalf("Create() took %q; want one of %v", key, before)
+	}
+	if rec.Spec == nil || rec.Spec.UserNS == nil {
+		t.Fatalf("Create().Spec.UserNS = nil; want the made-ahead range")
+	}
+	after := rt.waitReady(t, 2) // refilled
+	if got, want := ids.InUse(), slices.Sorted(slices.Values(append([]string{rec.ID}, after...))); !slices.Equal(got, want) {
+		t.Fatalf("id ranges in use after create = %v; want %v (the range moved to the box)", got, want)
+	}
+
+	// Another runtime makes its own.
+	other, err := m.Create(ctx, sandbox.CreateRequest{Runtime: "other"})
+	if err != nil {
+		t.Fatalf("Create(other) = %v", err)
+	}
+	if _, ok := rt.taken[other.ID]; ok {
+		t.Errorf("Create(other) took made-ahead namespaces of runtime fake")
+	}
+
+	if err := m.Delete(ctx, rec.ID, false); err != nil {
+		t.Fatalf("Delete() = %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	if k := rt.readyKeys(); len(k) > 0 {
+		t.Errorf("after Close, ready namespaces = %v; want none", k)
+	}
+	if got := ids.InUse(); len(got) > 0 {
+		t.Errorf("after Close, id ranges in use = %v; want none", got)
+	}
+}
