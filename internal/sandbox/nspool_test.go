@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -127,6 +128,28 @@ func TestNSPool(t *testing.T) {
 	}
 	if _, ok := rt.taken[other.ID]; ok {
 		t.Errorf("Create(other) took made-ahead namespaces of runtime fake")
+	}
+
+	// A create that fails before the runtime takes them over removes
+	// them and frees their range.
+	env.Layers.PrepareFn = func(ctx context.Context, key, parent string, opts sandbox.PrepareOpts) error {
+		return errors.New("no disk")
+	}
+	ready := rt.waitReady(t, 2)
+	if _, err := m.Create(ctx, sandbox.CreateRequest{}); err == nil {
+		t.Fatalf("Create() with a failing layer store = nil; want an error")
+	}
+	env.Layers.PrepareFn = nil
+	rt.mu.Lock()
+	removed := slices.Clone(rt.removed)
+	rt.mu.Unlock()
+	if len(removed) != 1 || !slices.Contains(ready, removed[0]) {
+		t.Fatalf("after a failed create, removed = %v; want one of %v", removed, ready)
+	}
+	for _, o := range ids.InUse() {
+		if o == removed[0] {
+			t.Errorf("after a failed create, %s still holds an id range", o)
+		}
 	}
 
 	if err := m.Delete(ctx, rec.ID, false); err != nil {
