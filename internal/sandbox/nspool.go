@@ -118,6 +118,9 @@ func (m *Manager) fillNS(ctx context.Context, stop <-chan struct{}) {
 			if !m.waitBuilds(stop) {
 				return
 			}
+			if withUserNS && !m.rangesToSpare() {
+				break // the boxes need them more: wait for the next take
+			}
 			e, err := m.makeNS(ctx, p, withUserNS)
 			if errdefs.IsNotImplemented(err) {
 				return // this runtime makes its namespaces itself
@@ -157,6 +160,15 @@ func (m *Manager) waitBuilds(stop <-chan struct{}) bool {
 	default:
 		return true
 	}
+}
+
+// rangesToSpare reports whether the pool may take a user namespace range:
+// only while more than NSPoolSize ranges are free, so that it never holds
+// the last ranges a create would need (a small userns_pool), and a box
+// removed frees its range for the next box.
+func (m *Manager) rangesToSpare() bool {
+	f, ok := m.cfg.IDRanges.(interface{ Free() int })
+	return !ok || f.Free() > m.cfg.NSPoolSize
 }
 
 // makeNS makes one entry of the pool.

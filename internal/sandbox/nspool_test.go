@@ -24,11 +24,22 @@ type nsRuntime struct {
 	ready   map[string]*userns.Range // made ahead, not taken
 	taken   map[string]string        // sandbox id -> key
 	removed []string                 // keys deleted untaken
+	// hold, when set, blocks every PrepareNS after the first until it
+	// is closed.
+	hold  chan struct{}
+	calls int
 }
 
 func (r *nsRuntime) UserNS() bool { return true }
 
 func (r *nsRuntime) PrepareNS(ctx context.Context, key string, u *userns.Range) error {
+	r.mu.Lock()
+	r.calls++
+	block := r.hold != nil && r.calls > 1
+	r.mu.Unlock()
+	if block {
+		<-r.hold
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ready[key] = u
@@ -163,5 +174,34 @@ func TestNSPool(t *testing.T) {
 	}
 	if got := ids.InUse(); len(got) > 0 {
 		t.Errorf("after Close, id ranges in use = %v; want none", got)
+	}
+}
+
+// TestNSPoolSparesRanges: with few id ranges left the pool takes none, so
+// that every range can still go to a box (here: a made-ahead namespace
+// that is slow to make would otherwise hold one of the last three).
+func TestNSPoolSparesRanges(t *testing.T) {
+	ctx := testutil.Context(t)
+	env := sandboxtest.NewEnv()
+	rt := &nsRuntime{Runtime: env.Runtime, ready: map[string]*userns.Range{}, taken: map[string]string{}, hold: make(chan struct{})}
+	ids := userns.NewAllocator(userns.Pool{Start: 1 << 20, Count: 3 * userns.Size})
+	cfg := env.Config()
+	cfg.Runtimes["fake"] = rt
+	cfg.IDRanges = ids
+	cfg.NSPoolSize = 2
+	m, err := sandbox.NewManager(cfg)
+	if err != nil {
+		t.Fatalf("NewManager() = %v", err)
+	}
+	defer m.Close()
+	defer close(rt.hold)
+	if err := m.Start(ctx, nil); err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	rt.waitReady(t, 1)
+	for i := range 3 {
+		if _, err := m.Create(ctx, sandbox.CreateRequest{}); err != nil {
+			t.Fatalf("Create() #%d of 3 with 3 id ranges = %v; want the pool to leave them to the boxes", i+1, err)
+		}
 	}
 }
