@@ -14,10 +14,11 @@ import (
 )
 
 // premadeNS lists the network namespaces the daemon made ahead
-// (netns_pool_size): their directories under the runtime's run directory.
+// (netns_pool_size): their directories under the runtime's run directory
+// (one being made is "premade-<hex>.new" until it is whole).
 func (d *daemon) premadeNS() []string {
 	dirs, _ := filepath.Glob(filepath.Join(d.run, "*", "sandboxes", "premade-*"))
-	return dirs
+	return slices.DeleteFunc(dirs, func(p string) bool { return strings.HasSuffix(p, ".new") })
 }
 
 // waitPremade waits until the daemon has made n namespaces ahead.

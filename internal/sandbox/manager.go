@@ -389,6 +389,7 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ 
 		return Record{}, err
 	}
 	saved := spec
+	saved.Premade = "" // taken over by this create, never again
 	rec.Spec = &saved
 	if err := m.write(ctx, b, rec, persistFirst, ""); err != nil {
 		m.releaseIDs(id)

@@ -127,6 +127,16 @@ func TestNSPool(t *testing.T) {
 	if rec.Spec == nil || rec.Spec.UserNS == nil {
 		t.Fatalf("Create().Spec.UserNS = nil; want the made-ahead range")
 	}
+	if rec.Spec.Premade != "" {
+		t.Errorf("Create().Spec.Premade = %q; want it cleared (a resume or fork from the record must not take it again)", rec.Spec.Premade)
+	}
+	// A filesystem-only resume runs the box again from its record.
+	if _, err := m.Suspend(ctx, rec.ID, sandbox.SuspendRequest{FilesystemOnly: true}); err != nil {
+		t.Fatalf("Suspend(filesystem only) = %v", err)
+	}
+	if _, err := m.Resume(ctx, rec.ID); err != nil {
+		t.Fatalf("Resume() = %v", err)
+	}
 	after := rt.waitReady(t, 2) // refilled
 	if got, want := ids.InUse(), slices.Sorted(slices.Values(append([]string{rec.ID}, after...))); !slices.Equal(got, want) {
 		t.Fatalf("id ranges in use after create = %v; want %v (the range moved to the box)", got, want)

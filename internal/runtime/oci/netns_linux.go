@@ -263,13 +263,24 @@ func (r *Runtime) PrepareNS(ctx context.Context, key string, u *userns.Range) (r
 	if err := identifiers.Validate("namespace key", key); err != nil {
 		return err
 	}
-	cu, err := r.newDir(ctx, key)
+	// Made under a temporary name and renamed whole: key's directory
+	// exists only once everything in it does (what a crash leaves under
+	// the temporary name, List reports too).
+	tmp := key + ".new"
+	cu, err := r.newDir(ctx, tmp)
 	if err != nil {
 		return err
 	}
 	defer cu.Clean()
-	l, err := r.makeNetNS(key, u, true)
+	l, err := r.makeNetNS(tmp, u, true)
 	if err != nil {
+		return fmt.Errorf("prepare namespaces %s: %w", key, err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, r.Dir(tmp), unix.AT_FDCWD, r.Dir(key), unix.RENAME_NOREPLACE); err != nil {
+		l.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("prepare namespaces %s: %w", key, errdefs.ErrAlreadyExists)
+		}
 		return fmt.Errorf("prepare namespaces %s: %w", key, err)
 	}
 	r.mu.Lock()
