@@ -14,9 +14,12 @@ import (
 // leftovers lists what sandboxes of d still own on the host: mounts under
 // its directories (in the host's and in the daemon's mount namespace), loop
 // devices backed by its files, cgroups under its parent, processes in them,
-// and per-sandbox files.
+// and per-sandbox files. While the daemon runs, the network namespaces it
+// made ahead for creates (netns_pool_size) are its own, not a sandbox's;
+// once it stopped they count.
 func (d *daemon) leftovers() []string {
 	var found []string
+	premade := func(p string) bool { return d.cmd != nil && strings.Contains(p, "/sandboxes/premade-") }
 	mountFiles := []string{"/proc/self/mountinfo"}
 	if d.cmd != nil {
 		mountFiles = append(mountFiles, filepath.Join("/proc", itoa(d.cmd.Process.Pid), "mountinfo"))
@@ -39,7 +42,7 @@ func (d *daemon) leftovers() []string {
 			if mp == filepath.Join(d.root, "volumes") {
 				continue // the volume store's shared root, the daemon's
 			}
-			if strings.HasPrefix(mp, d.root+"/") || strings.HasPrefix(mp, d.run+"/") {
+			if (strings.HasPrefix(mp, d.root+"/") || strings.HasPrefix(mp, d.run+"/")) && !premade(mp) {
 				found = append(found, "mount "+mp+" (in "+mf+")")
 			}
 		}
@@ -72,7 +75,9 @@ func (d *daemon) leftovers() []string {
 	perBox, _ := filepath.Glob(filepath.Join(d.run, "*", "sandboxes", "*"))
 	active, _ := filepath.Glob(filepath.Join(d.root, "overlay", "active", "*"))
 	for _, f := range append(perBox, active...) {
-		found = append(found, "file "+f)
+		if !premade(f) {
+			found = append(found, "file "+f)
+		}
 	}
 	return found
 }

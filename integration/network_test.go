@@ -87,6 +87,9 @@ func TestEgressPolicy(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/curl"); err != nil {
 		t.Skip("needs curl on the host (the host image runs it): apt-get install curl")
 	}
+	// The namespaces the daemon makes ahead each hold the agent's
+	// listening socket: count with the pool full.
+	d.waitPremade(t, 4)
 	baseSockets := d.daemonSockets()
 	id := d.create("--image", "host", "--network", "allowlist",
 		"--allow", "allowed.test", "--allow", "*.allowed.test", "--allow", "rebind.test", "--allow", "loopback.test")
@@ -258,6 +261,7 @@ func TestEgressPolicy(t *testing.T) {
 	d.must("rm", "-f", id)
 	// The CLI's own connection may take a moment to close on the daemon's
 	// side; the box's listeners and sock_diag socket must not stay.
+	d.waitPremade(t, 4)
 	n := d.daemonSockets()
 	for i := 0; i < 50 && n > baseSockets; i++ {
 		time.Sleep(20 * time.Millisecond)

@@ -149,6 +149,11 @@ type Config struct {
 	// ready (default overlay.DefaultPoolSize; 0 also means that default;
 	// negative: none).
 	DiskPoolSize int `toml:"disk_pool_size"`
+	// NetNSPoolSize is how many network namespaces (each with its user
+	// namespace and id range when boxes get one, its loopback and the
+	// agent's socket) the default runtime keeps made ahead, so that a
+	// create takes one instead of making it (0: none).
+	NetNSPoolSize int `toml:"netns_pool_size"`
 	// DiskVolume says where writable-layer disks live: "auto" (empty: on a
 	// reflink-capable XFS volume loop-mounted on <root>/overlay/disks when
 	// the root's file system cannot reflink), "off", or the path of that
@@ -362,6 +367,9 @@ func (c Config) userNSPool() (userns.Pool, error) {
 	return userns.ParsePool("userns_pool", cmp.Or(c.UserNSPool, userns.DefaultPool))
 }
 
+// DefaultNetNSPoolSize is the default netns_pool_size.
+const DefaultNetNSPoolSize = 4
+
 // DefaultConfig returns the built-in defaults: every value is the one the
 // daemon uses when the key is left out (docs/operations.md shows them, and
 // internal/cli's TestDocsConfigSample compares the two).
@@ -372,6 +380,7 @@ func DefaultConfig() Config {
 		RunDir:               "/run/corral",
 		RunDirTmpfs:          true,
 		DiskPoolSize:         overlay.DefaultPoolSize,
+		NetNSPoolSize:        DefaultNetNSPoolSize,
 		DiskVolume:           overlay.DiskVolumeAuto,
 		DiskVolumeDirtyBytes: overlay.DefaultVolumeDirtyBytes,
 		Socket:               "/run/corral/corral.sock",
@@ -499,6 +508,8 @@ func (c Config) Validate() error {
 		return bad("agent_exec_grace %q must be a positive duration such as \"10s\"", c.AgentExecGrace)
 	case c.OutputBuffer < 0 || c.OutputBuffer > sandbox.MaxOutputBuffer:
 		return bad("output_buffer %d must be between 0 (keep no output) and %d bytes", c.OutputBuffer, sandbox.MaxOutputBuffer)
+	case c.NetNSPoolSize < 0:
+		return bad("netns_pool_size %d must be 0 (none) or a count of namespaces", c.NetNSPoolSize)
 	case c.DiskVolumeDirtyBytes < 0:
 		return bad("disk_volume_dirty_bytes %d must be 0 (the kernel's limits) or a size in bytes", c.DiskVolumeDirtyBytes)
 	case !(c.Limits.RequestsPerSecond >= 0) || c.Limits.RequestBurst < 0 || c.Limits.MaxSandboxes < 0 ||

@@ -436,6 +436,7 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 	m, err := sandbox.NewManager(sandbox.ManagerConfig{
 		Observe:          d.obs.metrics.Observe,
 		IDRanges:         idRanges,
+		NSPoolSize:       cfg.NetNSPoolSize,
 		StateDir:         filepath.Join(cfg.Root, "sandboxes"),
 		Snapshots:        d.images,
 		Agents:           d.agents,

@@ -81,6 +81,11 @@ type ManagerConfig struct {
 	// IDRanges gives each sandbox of a runtime with user namespaces
 	// (UserNSRuntime) its own host ids; nil gives none a user namespace.
 	IDRanges IDRanges
+	// NSPoolSize is how many network namespaces (each in its user
+	// namespace, with its id range, when the runtime uses them) are kept
+	// made ahead for the default runtime when it is an NSPreparer, so
+	// that a create takes one instead of making it (0: none).
+	NSPoolSize int
 	// AgentBinary is the host path of the static corral binary.
 	AgentBinary string
 	// InitBinary is the host path of corral-init (see Spec.InitBinary);
@@ -201,6 +206,9 @@ type Manager struct {
 	// (Unix nanoseconds); pool refills wait for a quiet moment.
 	lastBusy atomic.Int64
 
+	// nsPool holds the namespaces made ahead (see nspool.go).
+	nsPool nsPool
+
 	// subs are the event subscriptions; guarded by mu.
 	subs map[*Subscription]struct{}
 	// eventSeq numbers the record writes; guarded by mu.
@@ -262,7 +270,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	cfg.RefillQuiet = cmp.Or(cfg.RefillQuiet, DefaultRefillQuiet)
 	cfg.RefillMaxWait = cmp.Or(cfg.RefillMaxWait, DefaultRefillMaxWait)
 	return &Manager{cfg: cfg, boxes: map[string]*box{}, pools: map[string]*pool{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), subs: map[*Subscription]struct{}{}}, nil
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), subs: map[*Subscription]struct{}{},
+		nsPool: nsPool{kick: make(chan struct{}, 1)}}, nil
 }
 
 // runtime returns the runtime name to run something with, or why it is
@@ -336,6 +345,8 @@ type buildOpts struct {
 
 // build makes and starts sandbox id from the validated plan p.
 func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ Record, err error) {
+	m.nsPool.building.Add(1)
+	defer m.nsPool.building.Add(-1)
 	rt := m.cfg.Runtimes[p.rec.Runtime]
 	rec := p.rec
 	rec.ID = id
@@ -383,13 +394,25 @@ func (m *Manager) build(ctx context.Context, p plan, id string, o buildOpts) (_ 
 	// A box with a network may need its agent to install its CA
 	// certificate: corral-init then starts it while the network is wired.
 	spec.StartAgent = spec.InitBinary != "" && rec.Network != nil
-	if err := m.allocateIDs(id, rt, &spec); err != nil {
+	if !spec.HostNetwork && o.restore == "" {
+		m.takeNS(ctx, id, rec.Runtime, &spec)
+	}
+	if spec.Premade != "" {
+		// Until Create takes them over, the namespaces are under their key.
+		key := spec.Premade
+		cu.Add(func() {
+			if err := rt.Delete(tctx, key); err != nil {
+				log.G(tctx).Error("rollback: delete made-ahead namespaces", "key", key, "error", err)
+			}
+		})
+	} else if err := m.allocateIDs(id, rt, &spec); err != nil {
 		if o.mounts != nil {
 			_ = m.cfg.Layers.Remove(context.WithoutCancel(ctx), id)
 		}
 		return Record{}, err
 	}
 	saved := spec
+	saved.Premade = "" // taken over by this create, never again
 	rec.Spec = &saved
 	if err := m.write(ctx, b, rec, persistFirst, ""); err != nil {
 		m.releaseIDs(id)
@@ -866,6 +889,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 		return err
 	}
 	m.stopTimer(b)
+	st := log.StartSteps(ctx)
 	// A removal asked for: a failure leaves an error to remove, never a
 	// box to recover.
 	rec.State, rec.ErrorFrom = StateDeleting, ""
@@ -874,6 +898,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			return err
 		}
 	}
+	st.Step("record")
 	if m.cfg.Network != nil {
 		if err := m.cfg.Network.Detach(rec.ID, true); err != nil {
 			if err := fail(fmt.Errorf("detach network of %s: %w", rec.ID, err)); err != nil {
@@ -881,6 +906,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			}
 		}
 	}
+	st.Step("network")
 	if rt != nil {
 		if err := rt.Delete(ctx, rec.ID); err != nil {
 			if err := fail(fmt.Errorf("delete sandbox %s from runtime: %w", rec.ID, err)); err != nil {
@@ -888,6 +914,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			}
 		}
 	}
+	st.Step("runtime")
 	if beforeRemove != nil {
 		beforeRemove(ctx)
 	}
@@ -903,6 +930,7 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 			return err
 		}
 	}
+	st.Step("layer")
 	how := persistFirst
 	if force {
 		how = persistAnyway // a failed delete is ignored: drop the box
@@ -914,6 +942,8 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 	} else {
 		m.releaseIDs(rec.ID)
 	}
+	st.Step("drop")
+	st.Done(ctx, "sandbox teardown")
 	return nil
 }
 
@@ -1283,6 +1313,7 @@ func (m *Manager) Close() error {
 	}
 	m.bg.Wait()
 	m.writes.Wait()
+	m.drainNS(context.Background())
 	// Ready pool boxes are not worth keeping for the next daemon, which
 	// would remove them anyway: remove them now.
 	m.mu.Lock()

@@ -526,9 +526,11 @@ func (m *Manager) Start(ctx context.Context, pools []PoolSpec) error {
 	if err := m.loadPools(ctx, pools); err != nil {
 		return err
 	}
-	m.bg.Add(2)
+	m.bg.Add(3)
+	go func() { defer m.bg.Done(); m.fillNS(ctx, m.stop) }()
 	go func() { defer m.bg.Done(); m.fillPools(ctx, m.stop) }()
 	go func() { defer m.bg.Done(); m.reapIdle(ctx, m.stop) }()
+	m.kickNS()
 	m.kickPools()
 	return nil
 }

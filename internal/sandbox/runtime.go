@@ -72,6 +72,20 @@ type UserNSRuntime interface {
 	UserNS() bool
 }
 
+// NSPreparer is a Runtime that can make a sandbox's namespaces before the
+// sandbox exists, off the critical path of its create (see Manager's
+// namespace pool).
+type NSPreparer interface {
+	// PrepareNS makes, under key (a name of the form of a sandbox ID that
+	// no sandbox has), the network namespace of a future sandbox, owned
+	// by a user namespace with range u when u is set. A Create whose
+	// Spec.Premade is key takes them over with u as its Spec.UserNS;
+	// Delete(key) removes them, and List reports key until then, so that a
+	// restarted daemon's Recover removes what a killed one left. It fails
+	// with errdefs.ErrNotImplemented when the runtime cannot (gVisor).
+	PrepareNS(ctx context.Context, key string, u *userns.Range) error
+}
+
 // IDRanges hands out the host id ranges of sandboxes' user namespaces, one
 // per sandbox ID (implemented by userns.Allocator). The ranges are kept in
 // the records (Spec.UserNS): Recover reserves them again before it

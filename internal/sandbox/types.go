@@ -84,6 +84,10 @@ type Spec struct {
 	// Warm marks a warm pool's sandbox: its agent's idle clock starts only
 	// with its first real request, after the hand-out.
 	Warm bool `json:"warm,omitempty"`
+	// Premade, when set, is the key of namespaces the runtime made ahead
+	// (NSPreparer.PrepareNS) with this spec's UserNS: Create takes them
+	// over instead of making new ones. Not kept in the record.
+	Premade string `json:"-"`
 	// UserNS, when set, runs the sandbox in a user namespace whose root is
 	// host uid and gid UserNS.HostID, with every mount of its root file
 	// system idmapped so that the files keep their ids on disk. Set by the

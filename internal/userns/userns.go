@@ -149,6 +149,13 @@ func (a *Allocator) Reserve(owner string, r Range) error {
 	return nil
 }
 
+// Free returns how many ranges are free.
+func (a *Allocator) Free() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return int(a.slots()) - len(a.used)
+}
+
 // Release frees owner's range; an owner without one is no error.
 func (a *Allocator) Release(owner string) {
 	a.mu.Lock()

@@ -99,3 +99,23 @@ func TestAllocatorReserve(t *testing.T) {
 		t.Errorf("InUse() = %v; want [new old]", got)
 	}
 }
+
+func TestAllocatorFree(t *testing.T) {
+	a := NewAllocator(Pool{Start: 1 << 20, Count: 3 * Size})
+	if got := a.Free(); got != 3 {
+		t.Fatalf("Free() of a new 3-range pool = %d; want 3", got)
+	}
+	if _, err := a.Allocate("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate("a"); err != nil { // the same range again
+		t.Fatal(err)
+	}
+	if got := a.Free(); got != 2 {
+		t.Errorf("Free() after one owner allocated = %d; want 2", got)
+	}
+	a.Release("a")
+	if got := a.Free(); got != 3 {
+		t.Errorf("Free() after Release = %d; want 3", got)
+	}
+}

@@ -721,7 +721,7 @@ func (r *Runtime) Restore(ctx context.Context, id string, spec *sandbox.Spec, di
 		return err
 	}
 	defer cu.Clean()
-	if _, err := r.prepare(id, spec, false); err != nil {
+	if _, err := r.prepare(id, spec, false, &log.Steps{}); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	sdir := r.Dir(id)

@@ -1,12 +1,18 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/cleanup"
+	"github.com/corral-sandbox/corral/internal/identifiers"
+	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/mount"
 	"github.com/corral-sandbox/corral/internal/osthread"
 	"github.com/corral-sandbox/corral/internal/userns"
@@ -243,4 +249,78 @@ func (r *Runtime) removeNetNS(p string) error {
 		return fmt.Errorf("remove %s: %w", p, err)
 	}
 	return nil
+}
+
+// PrepareNS makes the network namespace of a future sandbox under key, in
+// a user namespace with range u when u is set, with the agent's listening
+// socket, as Create would (see sandbox.NSPreparer): a Create whose
+// Spec.Premade is key takes them over (takeNS); Delete(key) removes them.
+// gVisor makes its namespace at start: ErrNotImplemented.
+func (r *Runtime) PrepareNS(ctx context.Context, key string, u *userns.Range) (retErr error) {
+	if r.runsc != nil {
+		return fmt.Errorf("prepare namespaces: %w", errdefs.ErrNotImplemented)
+	}
+	if err := identifiers.Validate("namespace key", key); err != nil {
+		return err
+	}
+	// Made under a temporary name and renamed whole: key's directory
+	// exists only once everything in it does (what a crash leaves under
+	// the temporary name, List reports too).
+	tmp := key + ".new"
+	cu, err := r.newDir(ctx, tmp)
+	if err != nil {
+		return err
+	}
+	defer cu.Clean()
+	l, err := r.makeNetNS(tmp, u, true)
+	if err != nil {
+		return fmt.Errorf("prepare namespaces %s: %w", key, err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, r.Dir(tmp), unix.AT_FDCWD, r.Dir(key), unix.RENAME_NOREPLACE); err != nil {
+		l.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("prepare namespaces %s: %w", key, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("prepare namespaces %s: %w", key, err)
+	}
+	r.mu.Lock()
+	r.listeners[key] = l
+	r.mu.Unlock()
+	cu.Release()
+	return nil
+}
+
+// takeNS makes the namespaces prepared under key sandbox id's: it renames
+// key's directory (the namespaces' bind mounts move with it, in the
+// daemon's and the runtime thread's mount namespaces alike) and hands the
+// agent's socket over. It returns the cleanup that deletes id, as newDir.
+func (r *Runtime) takeNS(ctx context.Context, key, id string) (*cleanup.Cleanup, error) {
+	if err := identifiers.Validate("namespace key", key); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	l := r.listeners[key]
+	r.mu.Unlock()
+	if l == nil {
+		return nil, fmt.Errorf("create %s: no namespaces prepared under %s: %w", id, key, errdefs.ErrNotFound)
+	}
+	// RENAME_NOREPLACE: an existing sandbox id is never replaced.
+	if err := unix.Renameat2(unix.AT_FDCWD, r.Dir(key), unix.AT_FDCWD, r.Dir(id), unix.RENAME_NOREPLACE); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("create %s: take namespaces %s: %w", id, key, err)
+	}
+	r.mu.Lock()
+	delete(r.listeners, key)
+	r.listeners[id] = l
+	r.mu.Unlock()
+	cu := cleanup.Make(func() {
+		cleanup.Do(ctx, func(ctx context.Context) {
+			if err := r.Delete(ctx, id); err != nil {
+				log.G(ctx).Warn("roll back sandbox", "sandbox", id, "error", err)
+			}
+		})
+	})
+	return &cu, nil
 }

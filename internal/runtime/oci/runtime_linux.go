@@ -368,16 +368,25 @@ func (r *Runtime) Create(ctx context.Context, id string, spec *sandbox.Spec) (re
 	if err := checkSpec(id, spec); err != nil {
 		return err
 	}
-	cu, err := r.newDir(ctx, id)
+	st := log.StartSteps(ctx)
+	var cu *cleanup.Cleanup
+	var err error
+	if spec.Premade != "" {
+		cu, err = r.takeNS(ctx, spec.Premade, id)
+	} else {
+		cu, err = r.newDir(ctx, id)
+	}
 	if err != nil {
 		return err
 	}
 	defer cu.Clean()
+	st.Step("dir")
 	// prepare keeps the listening socket for Start.
-	if _, err := r.prepare(id, spec, true); err != nil {
+	if _, err := r.prepare(id, spec, true, st); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	cu.Release()
+	st.Done(ctx, "oci create")
 	return nil
 }
 
@@ -421,7 +430,7 @@ func (r *Runtime) newDir(ctx context.Context, id string) (*cleanup.Cleanup, erro
 // (with the agent's listening socket when listen is set) and writes the
 // bundle of sandbox id, whose directory exists. The caller deletes the
 // sandbox on error.
-func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File, error) {
+func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool, st *log.Steps) (*os.File, error) {
 	nsOfBox, usernsOfBox := r.netnsPath(id), ""
 	if spec.HostNetwork {
 		nsOfBox = "" // the agent's socket only: see Runtime
@@ -453,6 +462,7 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 	if err != nil {
 		return nil, err
 	}
+	st.Step("spec")
 	dir := r.Dir(id)
 	rootfs := filepath.Join(dir, rootfsDir)
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
@@ -482,14 +492,21 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 	if err := writeJSON(filepath.Join(dir, mountsFile), targets); err != nil {
 		return nil, err
 	}
+	st.Step("mounts_record")
 	var u *userns.Range
 	if spec.UserNS != nil && !spec.HostNetwork {
 		u = spec.UserNS
 	}
-	l, err := r.makeNetNS(id, u, listen && r.runsc == nil)
-	if err != nil {
+	var l *os.File
+	if spec.Premade != "" {
+		// takeNS moved the namespaces and the agent's socket to id.
+		r.mu.Lock()
+		l = r.listeners[id]
+		r.mu.Unlock()
+	} else if l, err = r.makeNetNS(id, u, listen && r.runsc == nil); err != nil {
 		return nil, err
 	}
+	st.Step("netns")
 	var nsFile *os.File
 	if u != nil {
 		// The idmapped layers take the box's own user namespace.
@@ -507,14 +524,16 @@ func (r *Runtime) prepare(id string, spec *sandbox.Spec, listen bool) (*os.File,
 		}
 		return nil, err
 	}
+	st.Step("mount_rootfs")
 	if err := atomicfile.Write(filepath.Join(dir, configFile), configJSON, 0o600); err != nil {
 		if l != nil {
 			l.Close()
 		}
 		return nil, err
 	}
+	st.Step("config")
 	r.mu.Lock()
-	if l != nil {
+	if l != nil && spec.Premade == "" {
 		r.listeners[id] = l
 	}
 	r.programs[id] = program(cfg)
@@ -541,10 +560,12 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if r.binary == "" {
 		return r.errNoBinary("start", id)
 	}
+	steps := log.StartSteps(ctx)
 	st, err := r.State(ctx, id)
 	if err != nil {
 		return err
 	}
+	steps.Step("state")
 	switch st.Status {
 	case sandbox.StatusRunning, sandbox.StatusPaused:
 		return fmt.Errorf("start %s: sandbox is %s: %w", id, st.Status, errdefs.ErrFailedPrecondition)
@@ -589,6 +610,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.exposeNS(id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("netns")
 
 	out, err := openLog(dir)
 	if err != nil {
@@ -601,6 +623,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.handAgentToken(id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("files")
 	cmd := r.command(context.WithoutCancel(ctx), r.runArgs(rlog, pid, filepath.Join(dir, bundleDir), id)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if l != nil {
@@ -609,12 +632,15 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.ns.Do(cmd.Start); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("fork")
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("start %s: %s run: %w: %s", id, filepath.Base(r.binary), err, tail(rlog))
 	}
+	steps.Step("run")
 	if err := r.waitExec(ctx, id, prog); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("exec_pid1")
 	if r.runsc != nil && r.processArgs == nil {
 		if err := r.waitAgentTCP(ctx, id); err != nil {
 			return fmt.Errorf("start %s: %w", id, err)
@@ -623,6 +649,8 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err := r.protectAgent(ctx, id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	steps.Step("oom_score")
+	steps.Done(ctx, "oci start")
 	return nil
 }
 
@@ -839,6 +867,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := identifiers.Validate("sandbox id", id); err != nil {
 		return err
 	}
+	st := log.StartSteps(ctx)
 	// A checkpoint or restore left by a killed daemon may hold the
 	// processes seized or frozen; the box goes, so it need not finish.
 	if err := r.stopStrayCRIU(id, 0); err != nil {
@@ -849,6 +878,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := r.thaw(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("criu_thaw")
 	if p, ok, err := r.init(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	} else if ok {
@@ -858,9 +888,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
 	}
+	st.Step("kill")
 	if err := r.runtimeDelete(ctx, id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("runtime_delete")
 	r.mu.Lock()
 	if l := r.listeners[id]; l != nil {
 		l.Close()
@@ -874,9 +906,11 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	r.trimLoopsSoon(ctx)
+	st.Step("unmount")
 	if err := r.removeNS(id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("netns")
 	// Pages the box's processes read first and others share (the image's
 	// files, the agent's binary) stay charged to its memory cgroup, which
 	// would linger as a dying cgroup after the rmdir for as long as they
@@ -895,12 +929,15 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
 	}
+	st.Step("cgroups")
 	// The host's view never holds the rootfs mounts (they live in the
 	// runtime thread's namespace), and unmountAll checked they are gone
 	// there too, so this cannot reach into a sandbox's files.
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	st.Step("dir")
+	st.Done(ctx, "oci delete")
 	return nil
 }
 
