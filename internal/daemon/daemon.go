@@ -560,6 +560,8 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		TemplateImages: d.images,
 		TemplateDir:    filepath.Join(cfg.Root, "e2b-templates"),
 		Context:        ctx,
+		// Templates' start and ready commands run through the agents.
+		Commands: d.agents,
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
 				return
