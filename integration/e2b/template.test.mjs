@@ -121,7 +121,7 @@ test('Template.setStartCmd: a sandbox answers on its port as soon as create retu
 test('Template.assignTags and removeTags name and unname a build', async () => {
   const t = `${name}-tags`
   templates.push(t)
-  await Template.build(Template().fromImage('busybox').runCmd('echo one > /v.txt'), `${t}:v1`)
+  await Template.build(Template().fromImage('busybox').runCmd('echo one > v.txt'), `${t}:v1`)
   const given = await Template.assignTags(`${t}:v1`, ['prod', 'stable'])
   assert.deepEqual(given.tags, ['prod', 'stable'])
   assert.ok(given.buildId)
