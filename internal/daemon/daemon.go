@@ -552,9 +552,11 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Images:  d.images,
 		Secrets: d.secrets,
 		Volumes: vols,
-		Stats:   d.obs.sampler,
-		Audit:   trail,
-		Domain:  cfg.E2B.Domain,
+		// The volume content API serves the volumes' files from the host.
+		VolumeDir: d.volumes.Path,
+		Stats:     d.obs.sampler,
+		Audit:     trail,
+		Domain:    cfg.E2B.Domain,
 		// Template builds (Template.build) are corral builds.
 		Builder:        builder,
 		TemplateImages: d.images,

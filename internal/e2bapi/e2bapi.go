@@ -97,6 +97,9 @@ type Config struct {
 	Secrets SecretStore
 	// Volumes serves /volumes; nil answers 501 there.
 	Volumes Volumes
+	// VolumeDir returns the host directory of volume name's files, which
+	// /volumecontent serves; nil answers 501 there.
+	VolumeDir func(name string) (string, error)
 	// Domain is reported as each sandbox's domain; empty reports none
 	// (the SDK then needs E2B_SANDBOX_URL).
 	Domain string
@@ -208,6 +211,7 @@ func (a *API) Routes() map[string]http.HandlerFunc {
 		"DELETE /volumes/{id}":            a.deleteVolume,
 	}
 	a.templateRoutes(r)
+	a.volumeContentRoutes(r)
 	return r
 }
 
