@@ -46,14 +46,15 @@ func startE2B(t *testing.T, ctx context.Context) (*daemon, string) {
 }
 
 // runSDKTests runs a test file of integration/e2b with node --test, the
-// SDK configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY,
+// SDK configured only by E2B_API_URL, E2B_SANDBOX_URL,
+// E2B_VOLUME_API_URL and E2B_API_KEY,
 // and checks that it left no sandbox.
 func runSDKTests(t *testing.T, ctx context.Context, d *daemon, dir, file string, env ...string) {
 	t.Helper()
 	url := "http://" + d.tcpAddr()
 	cmd := exec.CommandContext(ctx, "npm", "test", "--", file)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+e2bToken)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_VOLUME_API_URL="+url, "E2B_API_KEY="+e2bToken)
 	cmd.Env = append(cmd.Env, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -77,6 +78,19 @@ func TestE2BSDK(t *testing.T) {
 	// (TestE2BBaseTemplate builds the real one).
 	d.must("image", "tag", "host", "base")
 	runSDKTests(t, ctx, d, dir, "sdk.test.mjs", "CORRAL_E2B_TEMPLATE=base")
+}
+
+// TestE2BVolumeContent drives the volume content API
+// (integration/e2b/volume.test.mjs) through the SDK's Volume class, with
+// a box that mounts the volume on the other side.
+func TestE2BVolumeContent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	d, dir := startE2B(t, ctx)
+	runSDKTests(t, ctx, d, dir, "volume.test.mjs")
+	if out := d.must("volume", "ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("volumes left after the SDK tests: %s", out)
+	}
 }
 
 // TestE2BBaseTemplate builds the built-in template base with corral e2b

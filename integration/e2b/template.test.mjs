@@ -87,16 +87,50 @@ RUN echo '#!/bin/sh' > /bin/bash && echo 'exec /bin/sh "$@"' >> /bin/bash && chm
 })
 
 test('Template.build: a failing step, and what Corral does not build, throw BuildError', async () => {
-  templates.push(`${name}-bad`, `${name}-start`)
+  templates.push(`${name}-bad`)
   await assert.rejects(
     Template.build(Template().fromImage('busybox').runCmd('echo broken >&2; exit 3'), `${name}-bad`),
     (e) => e instanceof BuildError && /exit code 3/.test(e.message),
   )
-  await assert.rejects(
-    Template.build(Template().fromImage('busybox').setStartCmd('sleep 1000', 'true'), `${name}-start`),
-    (e) => e instanceof BuildError && /startCmd/.test(e.message),
-  )
   await assert.rejects(Sandbox.create(`${name}-bad`, { timeoutMs: 10_000 }))
+})
+
+test('Template.setStartCmd: a sandbox answers on its port as soon as create returns', async () => {
+  const t = `${name}-start`
+  templates.push(t)
+  const tpl = Template()
+    .fromImage('busybox')
+    .setWorkdir('/home/user/www')
+    .runCmd('echo served > index.html')
+    .runCmd(`printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`, { user: 'root' })
+    .setStartCmd('httpd -f -p 8000', 'wget -q -O /dev/null http://127.0.0.1:8000/index.html')
+  await Template.build(tpl, t)
+  const sbx = await Sandbox.create(t, { timeoutMs: 60_000 })
+  made.push(sbx.sandboxId)
+  // No retry: the ready command passed before create returned.
+  const r = await sbx.commands.run('wget -q -O - http://127.0.0.1:8000/index.html')
+  assert.equal(r.stdout, 'served\n')
+  const procs = await sbx.commands.list()
+  const start = procs.find((p) => p.tag === 'start')
+  assert.ok(start, `processes ${JSON.stringify(procs)} lack the start command (tag start)`)
+  // The start command runs as the template's user in its workdir.
+  const who = await sbx.commands.run(`stat -c %U /proc/${start.pid}; readlink /proc/${start.pid}/cwd`)
+  assert.equal(who.stdout, 'user\n/home/user/www\n')
+})
+
+test('Template.assignTags and removeTags name and unname a build', async () => {
+  const t = `${name}-tags`
+  templates.push(t)
+  await Template.build(Template().fromImage('busybox').runCmd('echo one > v.txt'), `${t}:v1`)
+  const given = await Template.assignTags(`${t}:v1`, ['prod', 'stable'])
+  assert.deepEqual(given.tags, ['prod', 'stable'])
+  assert.ok(given.buildId)
+  assert.ok(await Template.exists(`${t}:prod`))
+  await Template.removeTags(t, 'prod')
+  assert.equal(await Template.exists(`${t}:prod`), false)
+  assert.ok(await Template.exists(`${t}:stable`))
+  await assert.rejects(Template.removeTags(t, 'prod'), /no tag prod/)
+  await assert.rejects(Template.assignTags(`${name}-nope:v1`, 'x'))
 })
 
 test('DELETE /templates/{id} removes a built template', async () => {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/containerd/errdefs"
@@ -158,4 +159,62 @@ func filesPath(path string) string {
 func statusError(resp *http.Response) error {
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	return fmt.Errorf("%s: %s: %w", resp.Status, strings.TrimSpace(string(msg)), errhttp.ToNative(resp.StatusCode))
+}
+
+// Start starts cmd (through /bin/sh -c) as a command of the agent at addr
+// named tag, with the agent's default user and working directory, and
+// returns its PID once it started. The command keeps running after: it is
+// the managed process `corral exec -d --tag TAG` makes.
+func (p *Pool) Start(ctx context.Context, addr, tag, cmd string) (uint32, error) {
+	pc := processconnect.NewProcessClient(&http.Client{Transport: p.Transport(addr)}, baseURL)
+	stdin := false
+	req := &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}, Stdin: &stdin}
+	if tag != "" {
+		req.Tag = &tag
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pc.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", tag, err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if st := stream.Msg().GetEvent().GetStart(); st != nil {
+			return st.GetPid(), nil
+		}
+	}
+	err = stream.Err()
+	if err == nil {
+		err = fmt.Errorf("the stream ended before the start event: %w", errdefs.ErrUnavailable)
+	}
+	return 0, fmt.Errorf("start %s: %w", tag, err)
+}
+
+// Run runs cmd (through /bin/sh -c) in the box of the agent at addr, with
+// the agent's default user and working directory, until it ends or ctx
+// does, and returns its exit code; its output is dropped.
+func (p *Pool) Run(ctx context.Context, addr, cmd string) (int, error) {
+	pc := processconnect.NewProcessClient(&http.Client{Transport: p.Transport(addr)}, baseURL)
+	stdin := false
+	req := &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}, Stdin: &stdin}
+	if d, ok := ctx.Deadline(); ok {
+		ms := uint64(max(time.Until(d).Milliseconds(), 1))
+		req.Process.TimeoutMs = &ms
+	}
+	stream, err := pc.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		return 0, err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
+			return int(end.GetExitCode()), nil
+		}
+	}
+	err = stream.Err()
+	if err == nil {
+		err = fmt.Errorf("the stream ended before the end event: %w", errdefs.ErrUnavailable)
+	}
+	return 0, err
 }

@@ -553,14 +553,18 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Images:  d.images,
 		Secrets: d.secrets,
 		Volumes: vols,
-		Stats:   d.obs.sampler,
-		Audit:   trail,
-		Domain:  cfg.E2B.Domain,
+		// The volume content API serves the volumes' files from the host.
+		VolumeDir: d.volumes.Path,
+		Stats:     d.obs.sampler,
+		Audit:     trail,
+		Domain:    cfg.E2B.Domain,
 		// Template builds (Template.build) are corral builds.
 		Builder:        builder,
 		TemplateImages: d.images,
 		TemplateDir:    filepath.Join(cfg.Root, "e2b-templates"),
 		Context:        ctx,
+		// Templates' start and ready commands run through the agents.
+		Commands: d.agents,
 		Removed: func(ctx context.Context, id string) {
 			if tunnels == nil {
 				return

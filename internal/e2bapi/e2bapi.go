@@ -52,6 +52,16 @@ const connectDefaultTimeout = 300 * time.Second
 // maxRefresh bounds a refresh's duration (E2B's bound).
 const maxRefresh = time.Hour
 
+// readyInterval is the pause between two runs of a template's ready
+// command.
+const readyInterval = 100 * time.Millisecond
+
+// startTag names the managed command a template's start command runs as.
+const startTag = "start"
+
+// removeTimeout bounds removing a sandbox whose create failed late.
+const removeTimeout = 30 * time.Second
+
 // maxBody bounds a request body.
 const maxBody = 1 << 20
 
@@ -87,6 +97,9 @@ type Config struct {
 	Secrets SecretStore
 	// Volumes serves /volumes; nil answers 501 there.
 	Volumes Volumes
+	// VolumeDir returns the host directory of volume name's files, which
+	// /volumecontent serves; nil answers 501 there.
+	VolumeDir func(name string) (string, error)
 	// Domain is reported as each sandbox's domain; empty reports none
 	// (the SDK then needs E2B_SANDBOX_URL).
 	Domain string
@@ -109,6 +122,24 @@ type Config struct {
 	// Context is the daemon's lifetime: template builds, which outlive
 	// their request, stop with it. Nil means they run to their end.
 	Context context.Context
+	// Commands runs the start and ready commands of templates in their
+	// new sandboxes; nil refuses templates that have them.
+	Commands Commands
+	// ReadyTimeout bounds how long a create waits for its template's
+	// ready command to exit 0; zero means two minutes.
+	ReadyTimeout time.Duration
+}
+
+// Commands runs commands in a box through its agent at addr (the
+// daemon's agent pool), with the agent's default user and working
+// directory (the template's).
+type Commands interface {
+	// Start starts cmd through /bin/sh -c as a managed command named
+	// tag and returns once it started; it keeps running.
+	Start(ctx context.Context, addr, tag, cmd string) (uint32, error)
+	// Run runs cmd through /bin/sh -c until it ends, or ctx does, and
+	// returns its exit code.
+	Run(ctx context.Context, addr, cmd string) (int, error)
 }
 
 // API serves E2B's control plane.
@@ -129,6 +160,9 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
 	}
 	if cfg.TemplateDir != "" {
 		// Build contexts a killed daemon left behind.
@@ -177,6 +211,7 @@ func (a *API) Routes() map[string]http.HandlerFunc {
 		"DELETE /volumes/{id}":            a.deleteVolume,
 	}
 	a.templateRoutes(r)
+	a.volumeContentRoutes(r)
 	return r
 }
 

@@ -51,12 +51,12 @@ func (f *fakeManager) Create(_ context.Context, req sandbox.CreateRequest) (sand
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created = req
-	if req.Image != "host" {
+	if _, ok := f.images[req.Image]; !ok {
 		return sandbox.Record{}, fmt.Errorf("image %q: %w", req.Image, errdefs.ErrNotFound)
 	}
 	f.n++
 	rec := sandbox.Record{
-		ID: fmt.Sprintf("sbx%03d", f.n), Image: req.Image, State: sandbox.StateRunning, Env: req.Env, Labels: req.Labels,
+		ID: fmt.Sprintf("sbx%03d", f.n), AgentAddr: fmt.Sprintf("tcp://agent%03d", f.n), Image: req.Image, State: sandbox.StateRunning, Env: req.Env, Labels: req.Labels,
 		Created: f.now.Add(time.Duration(f.n) * time.Second), Timeout: req.Timeout, Network: req.Network,
 		TimeoutAction: req.TimeoutAction, AccessToken: fmt.Sprintf("token%d", f.n), E2B: req.E2B, Volumes: req.Volumes,
 		Resources: sandbox.Resources{CPUs: 0.5, MemoryBytes: 512 << 20, DiskBytes: 1 << 30},

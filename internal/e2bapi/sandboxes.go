@@ -2,6 +2,7 @@ package e2bapi
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/corral-sandbox/corral/internal/log"
 	"github.com/corral-sandbox/corral/internal/netpolicy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -265,7 +267,75 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	if err := a.startTemplate(r.Context(), rec, req.TemplateID); err != nil {
+		// Nothing is left behind: the box goes, on a ctx of its own.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), removeTimeout)
+		if derr := a.cfg.Manager.Delete(ctx, rec.ID, true); derr != nil {
+			log.G(ctx).Warn("remove a sandbox whose template did not start", "sandbox", rec.ID, "error", derr)
+		} else if a.cfg.Removed != nil {
+			a.cfg.Removed(ctx, rec.ID)
+		}
+		cancel()
+		a.fail(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusCreated, a.sandboxOf(rec))
+}
+
+// startTemplate starts the start command of the template of new sandbox
+// rec (templateID, "NAME" or "NAME:TAG") as a managed command tagged
+// "start", then runs its ready command until it exits 0, as E2B does
+// before create returns. It gives up after Config.ReadyTimeout or when ctx ends
+// (the client gave up).
+func (a *API) startTemplate(ctx context.Context, rec sandbox.Record, templateID string) error {
+	sc, err := a.templateStart(templateID)
+	if err != nil || sc == (startCommands{}) {
+		return err
+	}
+	if a.cfg.Commands == nil {
+		return fmt.Errorf("template %s has a start command, which this daemon does not run: %w", templateID, errdefs.ErrNotImplemented)
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyTimeout)
+	defer cancel()
+	if sc.Start != "" {
+		if _, err := a.cfg.Commands.Start(ctx, rec.AgentAddr, startTag, sc.Start); err != nil {
+			return fmt.Errorf("template %s: start command: %w", templateID, err)
+		}
+	}
+	if sc.Ready == "" {
+		return nil
+	}
+	for {
+		code, err := a.cfg.Commands.Run(ctx, rec.AgentAddr, sc.Ready)
+		if err == nil && code == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("last exit code %d", code)
+			}
+			return fmt.Errorf("template %s: ready command %q did not exit 0 within %s (%v); the sandbox was removed: %w", templateID, sc.Ready, a.cfg.ReadyTimeout, err, errdefs.ErrUnavailable)
+		case <-time.After(readyInterval):
+		}
+	}
+}
+
+// templateStart returns the start commands of the template templateID
+// ("NAME" or "NAME:TAG"); none for an image not built through the API.
+func (a *API) templateStart(templateID string) (startCommands, error) {
+	if a.cfg.TemplateDir == "" {
+		return startCommands{}, nil
+	}
+	name, tag, _ := strings.Cut(templateID, ":")
+	rec, err := a.readRecord(name)
+	if errdefs.IsNotFound(err) {
+		return startCommands{}, nil
+	}
+	if err != nil {
+		return startCommands{}, err
+	}
+	return rec.Start[cmp.Or(tag, "default")], nil
 }
 
 // createRequest maps E2B's NewSandbox onto a sandbox.CreateRequest:

@@ -93,6 +93,17 @@ type templateRecord struct {
 	CPUs     float64       `json:"cpus,omitempty"`
 	MemoryMB int64         `json:"memory_mb,omitempty"`
 	Builds   []buildRecord `json:"builds"`
+	// Start holds the start and ready commands of the image of each tag
+	// ("default": the template's name without a tag) that has them.
+	Start map[string]startCommands `json:"start,omitempty"`
+}
+
+// startCommands are what E2B's setStartCmd and setReadyCmd give a
+// template: a command that runs in each sandbox made from it, and one
+// that tells when the sandbox is ready (exit code 0).
+type startCommands struct {
+	Start string `json:"start,omitempty"`
+	Ready string `json:"ready,omitempty"`
 }
 
 type buildRecord struct {
@@ -152,8 +163,180 @@ func (a *API) templateRoutes(r map[string]http.HandlerFunc) {
 	r["GET /v2/templates"] = a.listTemplates
 	r["GET /templates/{id}"] = a.getTemplate
 	r["GET /templates/aliases/{alias}"] = a.templateAlias
-	r["POST /templates/tags"] = a.notYet("template tags (Template.assignTags)")
-	r["DELETE /templates/tags"] = a.notYet("template tags (Template.removeTags)")
+	r["POST /templates/tags"] = a.assignTags
+	r["DELETE /templates/tags"] = a.removeTags
+}
+
+// assignTagsRequest is E2B's AssignTemplateTagsRequest; removeTagsRequest
+// its DeleteTemplateTagsRequest; assignedTags its AssignedTemplateTags.
+type (
+	assignTagsRequest struct {
+		Target string   `json:"target"`
+		Tags   []string `json:"tags"`
+	}
+	removeTagsRequest struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}
+	assignedTags struct {
+		BuildID string   `json:"buildID"`
+		Tags    []string `json:"tags"`
+	}
+)
+
+// checkTags checks the tags of a tags request on template name.
+func checkTags(name string, tags []string) error {
+	if len(tags) == 0 {
+		return fmt.Errorf("tags: name at least one tag: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, t := range tags {
+		if _, _, err := splitName(name + ":" + t); err != nil || t == "" || strings.Contains(t, ":") {
+			return fmt.Errorf("tags: %q is not a valid tag: %w", t, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// assignTags is POST /templates/tags (Template.assignTags): each tag
+// becomes the image name NAME:TAG of the image target ("NAME:TAG" or
+// "NAME") names, with that image's start commands; "default" moves the
+// template's own name. Only templates built through the E2B API take
+// tags (corral image tag names any image).
+func (a *API) assignTags(w http.ResponseWriter, r *http.Request) {
+	if err := a.templatesOn(); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var req assignTagsRequest
+	if err := decode(w, r, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	name, src, err := splitName(req.Target)
+	if err == nil && req.Target == "" {
+		err = fmt.Errorf("target is required: name the template as NAME:TAG: %w", errdefs.ErrInvalidArgument)
+	}
+	if err == nil {
+		err = checkTags(name, req.Tags)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	src = cmp.Or(src, "default")
+	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
+	rec, err := a.readRecord(name)
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("target %q: %w", req.Target, err))
+		return
+	}
+	if src != "default" && !slices.Contains(rec.Tags, src) {
+		a.fail(w, r, fmt.Errorf("target %q: template %s has no tag %s: %w", req.Target, name, src, errdefs.ErrNotFound))
+		return
+	}
+	if _, err := a.cfg.TemplateImages.Get(r.Context(), imageOf(name, src)); err != nil {
+		a.fail(w, r, fmt.Errorf("target %q: %w", req.Target, err))
+		return
+	}
+	out := assignedTags{BuildID: lastReady(rec), Tags: []string{}}
+	sc, hasStart := rec.Start[src]
+	for _, t := range req.Tags {
+		if t == src {
+			out.Tags = append(out.Tags, t)
+			continue
+		}
+		if _, err := a.cfg.TemplateImages.Tag(r.Context(), imageOf(name, src), imageOf(name, t)); err != nil {
+			a.fail(w, r, fmt.Errorf("tag %s: %w", t, err))
+			return
+		}
+		if t != "default" && !slices.Contains(rec.Tags, t) {
+			rec.Tags = append(rec.Tags, t)
+		}
+		delete(rec.Start, t)
+		if hasStart {
+			rec.Start[t] = sc
+		}
+		out.Tags = append(out.Tags, t)
+	}
+	if err := a.writeRecord(rec); err != nil {
+		a.fail(w, r, fmt.Errorf("template %s: record: %w", name, err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// removeTags is DELETE /templates/tags (Template.removeTags): it removes
+// the images NAME:TAG. The template's own name ("default") is removed
+// with DELETE /templates/{id} only.
+func (a *API) removeTags(w http.ResponseWriter, r *http.Request) {
+	if err := a.templatesOn(); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var req removeTagsRequest
+	if err := decode(w, r, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	name, tag, err := splitName(req.Name)
+	switch {
+	case err != nil:
+	case req.Name == "" || tag != "":
+		err = fmt.Errorf("name %q: name the template without a tag: %w", req.Name, errdefs.ErrInvalidArgument)
+	case slices.Contains(req.Tags, "default"):
+		err = fmt.Errorf("tags: default is the template itself: remove it with DELETE /templates/%s: %w", name, errdefs.ErrInvalidArgument)
+	default:
+		err = checkTags(name, req.Tags)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
+	rec, err := a.readRecord(name)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	for _, t := range req.Tags {
+		if !slices.Contains(rec.Tags, t) {
+			a.fail(w, r, fmt.Errorf("template %s has no tag %s: %w", name, t, errdefs.ErrNotFound))
+			return
+		}
+	}
+	for _, t := range req.Tags {
+		if err := a.cfg.TemplateImages.Remove(r.Context(), imageOf(name, t)); err != nil && !errdefs.IsNotFound(err) {
+			a.fail(w, r, fmt.Errorf("tag %s: %w", t, err))
+			return
+		}
+		rec.Tags = slices.DeleteFunc(rec.Tags, func(x string) bool { return x == t })
+		delete(rec.Start, t)
+	}
+	if err := a.writeRecord(rec); err != nil {
+		a.fail(w, r, fmt.Errorf("template %s: record: %w", name, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// imageOf is the image name of template name's tag ("default": name).
+func imageOf(name, tag string) string {
+	if tag == "" || tag == "default" {
+		return name
+	}
+	return name + ":" + tag
+}
+
+// lastReady is the ID of the last build of rec that is ready.
+func lastReady(rec templateRecord) string {
+	for _, b := range slices.Backward(rec.Builds) {
+		if b.Status == statusReady {
+			return b.ID
+		}
+	}
+	return ""
 }
 
 func (a *API) templatesOn() error {
@@ -500,6 +683,7 @@ type templateStep struct {
 // steps the E2B step it comes from ("base" or a 1-based step index).
 type planned struct {
 	spec   *spec.Spec
+	start  startCommands
 	origin []string
 	// hashes are the uploaded files the COPY steps need.
 	hashes []string
@@ -518,8 +702,6 @@ func plan(name string, t templateStart, res spec.Resources, lookup func(string) 
 	switch {
 	case len(t.FromImageRegistry) > 0 && string(t.FromImageRegistry) != "null":
 		return nil, fmt.Errorf("fromImageRegistry: registry credentials are not supported: pull the image with corral pull (the daemon's registry settings apply) and name it in fromImage: %w", errdefs.ErrInvalidArgument)
-	case t.StartCmd != "" || t.ReadyCmd != "":
-		return nil, fmt.Errorf("startCmd, readyCmd: Corral's templates have no start command (a sandbox starts with its agent only): start the process from your code after create: %w", errdefs.ErrInvalidArgument)
 	case t.FromTemplate != "":
 		if !fromLocal(t.FromTemplate) {
 			return nil, fmt.Errorf("fromTemplate %q: no such template (corral image ls lists them): %w", t.FromTemplate, errdefs.ErrNotFound)
@@ -538,7 +720,7 @@ func plan(name string, t templateStart, res spec.Resources, lookup func(string) 
 	if img, ok := lookup(strings.TrimPrefix(sp.From, "docker://")); ok {
 		sp.AllowPrivilegeEscalation = img.AllowPrivilegeEscalation
 	}
-	p := &planned{spec: sp}
+	p := &planned{spec: sp, start: startCommands{Start: t.StartCmd, Ready: t.ReadyCmd}}
 	add := func(origin string, st spec.Step) {
 		sp.Steps = append(sp.Steps, st)
 		p.origin = append(p.origin, origin)
@@ -782,7 +964,29 @@ func (a *API) build(ctx context.Context, b *templateBuild, p *planned, force boo
 			return fmt.Errorf("tag %s: %w", t, err)
 		}
 	}
-	return nil
+	return a.setStart(b.template, append([]string{"default"}, b.tags...), p.start)
+}
+
+// setStart records the start commands of the images of template name's
+// tags (none clears them).
+func (a *API) setStart(name string, tags []string, sc startCommands) error {
+	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
+	rec, err := a.readRecord(name)
+	if err != nil {
+		return err
+	}
+	for _, t := range tags {
+		if sc == (startCommands{}) {
+			delete(rec.Start, t)
+			continue
+		}
+		if rec.Start == nil {
+			rec.Start = map[string]startCommands{}
+		}
+		rec.Start[t] = sc
+	}
+	return a.writeRecord(rec)
 }
 
 // extract unpacks the uploaded tar of hash into root/hash.

@@ -347,7 +347,6 @@ func TestTemplateBuildRefuses(t *testing.T) {
 	_ = json.Unmarshal([]byte(out), &req)
 	for _, tc := range []struct{ body, want string }{
 		{`{"fromImage": "host", "steps": [{"type": "ARG", "args": ["X"]}]}`, "steps[0] (ARG)"},
-		{`{"fromImage": "host", "startCmd": "python app.py", "readyCmd": "sleep 1"}`, "startCmd"},
 		{`{"fromImage": "host", "fromImageRegistry": {"type": "registry", "username": "u", "password": "p"}}`, "fromImageRegistry"},
 		{`{"fromImage": "host", "steps": [{"type": "COPY", "args": ["a", "/a"], "filesHash": "beef"}]}`, "filesHash beef"},
 		{`{"fromImage": "host", "steps": [{"type": "ENV", "args": ["A"]}]}`, "steps[0] (ENV)"},

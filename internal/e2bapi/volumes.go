@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/internal/httpapi"
 )
 
 // Volumes is what the API needs to serve E2B's /volumes: Corral's named
@@ -20,12 +21,14 @@ type Volumes interface {
 }
 
 // volumeJSON is E2B's VolumeAndToken (create, get) and Volume (list): a
-// volume's ID is its Corral name. There is no token: Corral does not
-// serve E2B's volume content API (the files are reached from the boxes
-// that mount the volume).
+// volume's ID is its Corral name. The token the SDK sends to the volume
+// content API (/volumecontent) is the daemon token the request carried:
+// the caller has it already, and the daemon checks it there as on every
+// route.
 type volumeJSON struct {
 	VolumeID string `json:"volumeID"`
 	Name     string `json:"name"`
+	Token    string `json:"token,omitempty"`
 }
 
 func volumeOf(v rest.Volume) volumeJSON { return volumeJSON{VolumeID: v.Name, Name: v.Name} }
@@ -57,7 +60,9 @@ func (a *API) createVolume(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, volumeOf(v))
+	out := volumeOf(v)
+	out.Token = httpapi.CallerToken(r)
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (a *API) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +93,9 @@ func (a *API) getVolume(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, volumeOf(v))
+	out := volumeOf(v)
+	out.Token = httpapi.CallerToken(r)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // deleteVolume removes a volume and its files: 404 when there is none,
