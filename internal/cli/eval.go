@@ -157,8 +157,10 @@ score of its attempts, how many scored 1 and the first thing worth a look
 (a timeout, an agent that was not found, a scorer that hung). RUN is a run
 ID under $CORRAL_EVAL_DIR (default ~/.corral/evals), a run directory or a
 results.json. --attempts adds a row per attempt with its score, its agent's
-exit, Corral's overhead, what it changed and the paths of its patch, trajectory (the box's
-audit trail during the agent phase) and agent log. --json prints
+exit, Corral's overhead, its box's resource use by the end of the agent
+(CPU time, peak memory, disk, OOM kills, egress denials), what it changed
+and the paths of its patch, trajectory (the box's audit trail during the
+agent phase) and agent log. --json prints
 everything: every attempt with its scorers' output, its agent's exit, its
 diff and its files (relative to "dir").`,
 		Example: `  corral eval show 20261126-190156-a1b2c3
