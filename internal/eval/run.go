@@ -679,19 +679,25 @@ func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) (
 }
 
 // diff records what the agent changed under the workdir: a stat in the
-// results and the patch in a file of the run's directory.
+// results and the patch in a file of the run's directory, both from one
+// request (one pass over the box's files); a daemon that does not send
+// the patch's stat is asked for it apart.
 func (r *Runner) diff(ctx context.Context, s *Scenario, box string, n int) (*client.DiffStat, string) {
 	o := client.DiffOptions{Dir: s.Environment.Workdir, MaxBytes: 16 << 20}
-	st, err := r.c.DiffStat(ctx, box, o)
+	var buf bytes.Buffer
+	res, err := r.c.PatchWithStat(ctx, box, o, &buf)
 	if err != nil {
 		log.G(ctx).Debug("eval diff", "sandbox", box, "error", err)
 		return nil, ""
 	}
-	if st.FilesChanged == 0 {
-		return st, ""
+	st := res.Stat
+	if st == nil {
+		if st, err = r.c.DiffStat(ctx, box, o); err != nil {
+			log.G(ctx).Debug("eval diff", "sandbox", box, "error", err)
+			return nil, ""
+		}
 	}
-	var buf bytes.Buffer
-	if _, err := r.c.Patch(ctx, box, o, &buf); err != nil {
+	if st.FilesChanged == 0 {
 		return st, ""
 	}
 	name := fmt.Sprintf("%s.%d.patch", s.Name, n)

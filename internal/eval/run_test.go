@@ -392,6 +392,7 @@ scorers:
 				{Sandbox: id, Kind: "tcp", Host: "evil.test", Verdict: "deny"},
 				{Sandbox: id, Kind: "dns", Host: "evil.test", Verdict: "deny"},
 			}
+			d.Diffs[id] = clienttest.Diff{Stat: client.DiffStat{FilesChanged: 1, Insertions: 1}, Patch: "diff --git a/x b/x\n"}
 		}
 	}
 	run, err := r.Run(t.Context(), []*Scenario{s})
@@ -403,6 +404,17 @@ scorers:
 	if a.Resources == nil || *a.Resources != want {
 		t.Fatalf("attempt resources = %+v; want %+v", a.Resources, want)
 	}
+	// The diff's stat and patch come from one request (one pass).
+	if a.Diff == nil || a.Diff.FilesChanged != 1 || a.Patch == "" {
+		t.Errorf("attempt diff = %+v, patch %q; want 1 file and its patch", a.Diff, a.Patch)
+	} else if data, err := os.ReadFile(filepath.Join(dir, a.Patch)); err != nil || string(data) != "diff --git a/x b/x\n" {
+		t.Errorf("patch file = %q, %v; want the patch without its stat line", data, err)
+	}
+	d.Mu.Lock()
+	if q := d.DiffQueries; len(q) != 1 || !strings.Contains(q[0], "format=patch") || !strings.Contains(q[0], "stat=true") {
+		t.Errorf("diff requests = %q; want one patch with its stat", q)
+	}
+	d.Mu.Unlock()
 	loaded, err := LoadRun("", dir)
 	if err != nil {
 		t.Fatal(err)
