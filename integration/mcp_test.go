@@ -118,6 +118,30 @@ func driveMCP(t *testing.T, d *daemon, cs *mcp.ClientSession, cancels bool) {
 	}
 	mcpCall(t, cs, "kill_process", map[string]any{"sandbox": sb.ID, "tag": "sleeper"}, nil)
 
+	// process_logs follows a process: it waits for output past the
+	// offsets it returned before and returns what arrived.
+	mcpCall(t, cs, "start_process", map[string]any{"sandbox": sb.ID, "command": "echo one; read x; echo $x", "tag": "echoer", "open_stdin": true}, nil)
+	type follow struct {
+		Stdout      string
+		StdoutBytes int64 `json:"stdout_bytes"`
+		Running     bool
+	}
+	var f1, f2 follow
+	mcpCall(t, cs, "process_logs", map[string]any{"sandbox": sb.ID, "tag": "echoer", "follow_seconds": 300}, &f1)
+	if f1.Stdout != "one\n" || f1.StdoutBytes != 4 {
+		t.Errorf("process_logs following from the start = %+v; want one, offset 4", f1)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mcpCall(t, cs, "process_logs", map[string]any{"sandbox": sb.ID, "tag": "echoer", "since_stdout_bytes": 4, "follow_seconds": 300}, &f2)
+	}()
+	mcpCall(t, cs, "send_input", map[string]any{"sandbox": sb.ID, "tag": "echoer", "input": "two\n"}, nil)
+	<-done
+	if f2.Stdout != "two\n" || f2.StdoutBytes != 8 {
+		t.Errorf("process_logs following past offset 4 = %+v; want two, offset 8", f2)
+	}
+
 	if cancels {
 		execCancelled(t, cs, sb.ID)
 	}
