@@ -388,7 +388,8 @@ func (a *app) evalExportCmd() *cobra.Command {
 		Long: `Write a scenario as a Harbor task (the harness Terminal-Bench 2.0 runs on),
 so that it runs where others run their agents: task.toml (timeouts,
 limits, allow_internet), instruction.md (the problem), environment/Dockerfile
-(FROM the image, its env, workdir and setup commands as RUN lines),
+(FROM the image, its env, workdir, and its setup and agent.install
+commands as RUN lines),
 tests/test.sh (the scorers, run as corral eval runs them, writing their
 weighted mean to /logs/verifier/reward.txt, with their test files and
 scripts) and, with a reference, solution/solve.sh.
