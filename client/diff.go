@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,6 +101,10 @@ type PatchResult struct {
 	// limit; then the patch does not carry the whole change) or cannot
 	// hold (devices, fifos, sockets).
 	Notes []DiffNote
+	// Stat is what DiffStat would return for the same options, from the
+	// same pass over the files (PatchWithStat); nil from Patch, or from
+	// a daemon that does not send it.
+	Stat *DiffStat
 }
 
 // Omitted returns the notes of files left out for a size limit.
@@ -117,7 +122,20 @@ func (r *PatchResult) Omitted() []DiffNote {
 // relative to opts.Dir, binary files as "GIT binary patch" literals), which
 // git apply takes. It returns the notes the patch carries.
 func (c *Client) Patch(ctx context.Context, id string, opts DiffOptions, w io.Writer) (*PatchResult, error) {
-	resp, err := c.send(ctx, http.MethodGet, sandboxPath(id)+"/diff"+opts.query(rest.DiffFormatPatch), nil, "text/x-diff")
+	return c.patch(ctx, id, opts.query(rest.DiffFormatPatch), w)
+}
+
+// PatchWithStat is Patch that also returns, in the result's Stat, the
+// diffstat of the same change (DiffStat's answer) from the daemon's one
+// pass over the sandbox's files, instead of a second request and pass.
+// The daemon sends the stat as the body's last line, which is not written
+// to w.
+func (c *Client) PatchWithStat(ctx context.Context, id string, opts DiffOptions, w io.Writer) (*PatchResult, error) {
+	return c.patch(ctx, id, opts.query(rest.DiffFormatPatch)+"&stat=true", w)
+}
+
+func (c *Client) patch(ctx context.Context, id, query string, w io.Writer) (*PatchResult, error) {
+	resp, err := c.send(ctx, http.MethodGet, sandboxPath(id)+"/diff"+query, nil, "text/x-diff")
 	if err != nil {
 		return nil, err
 	}
@@ -125,15 +143,21 @@ func (c *Client) Patch(ctx context.Context, id string, opts DiffOptions, w io.Wr
 	res := &PatchResult{}
 	br := bufio.NewReader(resp.Body)
 	atLineStart := true
+	var stat []byte // the stat line, held back from w (PatchWithStat)
+	inStat := false
 	for {
 		line, err := br.ReadSlice('\n')
 		if atLineStart && len(line) > 0 {
 			if n, ok := parseNote(string(line)); ok {
 				res.Notes = append(res.Notes, n)
 			}
+			inStat = inStat || bytes.HasPrefix(line, []byte(rest.DiffStatLinePrefix))
 		}
 		atLineStart = err == nil
-		if len(line) > 0 {
+		switch {
+		case inStat:
+			stat = append(stat, line...)
+		case len(line) > 0:
 			if _, werr := w.Write(line); werr != nil {
 				return nil, werr
 			}
@@ -142,7 +166,17 @@ func (c *Client) Patch(ctx context.Context, id string, opts DiffOptions, w io.Wr
 			continue
 		}
 		if errors.Is(err, io.EOF) {
-			return res, streamError(resp)
+			if err := streamError(resp); err != nil {
+				return res, err
+			}
+			if inStat {
+				var st DiffStat
+				if err := json.Unmarshal(bytes.TrimPrefix(stat, []byte(rest.DiffStatLinePrefix)), &st); err != nil {
+					return res, fmt.Errorf("patch of %s: its stat: %v: %w", id, err, errdefs.ErrUnavailable)
+				}
+				res.Stat = &st
+			}
+			return res, nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {

@@ -368,12 +368,12 @@ func TestEvalAgentInBox(t *testing.T) {
 	}
 	scenario := filepath.Join(t.TempDir(), "inbox.yaml")
 	if err := os.WriteFile(scenario, []byte(`name: inbox
-environment: {image: busybox, workdir: /work}
+environment: {image: busybox, workdir: /work, network: {mode: allowlist, allow: [api.example.org]}}
 setup: ["mkdir -p /work"]
 agent:
   wiring: box
   install:
-    - mkdir -p /opt/agent && printf '#!/bin/sh\ncat > problem.txt\necho "$EVAL_TOKEN" > token.txt\nenv > env.txt\n' > /opt/agent/run && chmod +x /opt/agent/run
+    - mkdir -p /opt/agent && printf '#!/bin/sh\ncat > problem.txt\necho "$EVAL_TOKEN" > token.txt\nenv > env.txt\nbusybox nslookup denied-name.test >/dev/null 2>&1\ntrue\n' > /opt/agent/run && chmod +x /opt/agent/run
   secrets: [EVAL_TOKEN=api.example.org]
 problem: fix the frobnicator
 scorers:
@@ -399,6 +399,11 @@ scorers:
 	}
 	if a := sr.Attempts[0]; a.Score != 1 || a.Agent.Reason != "exit" || a.Agent.ExitCode != 0 {
 		t.Errorf("attempt = %+v; want score 1 from an agent that ran in the box", a)
+	}
+	// The box's resource use and the agent's denied DNS query are
+	// recorded with the attempt.
+	if r := sr.Attempts[0].Resources; r == nil || r.CPU <= 0 || r.DiskBytes == 0 || r.OOMKills != 0 || r.EgressDenied < 1 {
+		t.Errorf("attempt resources = %+v; want CPU time, disk use, no OOM kill and the denied query", r)
 	}
 	if strings.Contains(out, value) {
 		t.Error("the results hold the secret's value")

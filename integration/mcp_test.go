@@ -118,6 +118,30 @@ func driveMCP(t *testing.T, d *daemon, cs *mcp.ClientSession, cancels bool) {
 	}
 	mcpCall(t, cs, "kill_process", map[string]any{"sandbox": sb.ID, "tag": "sleeper"}, nil)
 
+	// process_logs follows a process: it waits for output past the
+	// offsets it returned before and returns what arrived.
+	mcpCall(t, cs, "start_process", map[string]any{"sandbox": sb.ID, "command": "echo one; read x; echo $x", "tag": "echoer", "open_stdin": true}, nil)
+	type follow struct {
+		Stdout      string
+		StdoutBytes int64 `json:"stdout_bytes"`
+		Running     bool
+	}
+	var f1, f2 follow
+	mcpCall(t, cs, "process_logs", map[string]any{"sandbox": sb.ID, "tag": "echoer", "follow_seconds": 300}, &f1)
+	if f1.Stdout != "one\n" || f1.StdoutBytes != 4 {
+		t.Errorf("process_logs following from the start = %+v; want one, offset 4", f1)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mcpCall(t, cs, "process_logs", map[string]any{"sandbox": sb.ID, "tag": "echoer", "since_stdout_bytes": 4, "follow_seconds": 300}, &f2)
+	}()
+	mcpCall(t, cs, "send_input", map[string]any{"sandbox": sb.ID, "tag": "echoer", "input": "two\n"}, nil)
+	<-done
+	if f2.Stdout != "two\n" || f2.StdoutBytes != 8 {
+		t.Errorf("process_logs following past offset 4 = %+v; want two, offset 8", f2)
+	}
+
 	if cancels {
 		execCancelled(t, cs, sb.ID)
 	}
@@ -251,4 +275,41 @@ func TestMCPHTTP(t *testing.T) {
 	// (docs/mcp.md): the command runs on to its timeout.
 	driveMCP(t, d, cs, false)
 	d.requireNoLeftovers()
+}
+
+// TestMCPStdioSubscribe subscribes, over corral mcp, to a background
+// process's log resource: the process's new output and its end send
+// notifications/resources/updated, and the resource then has the output.
+func TestMCPStdioSubscribe(t *testing.T) {
+	d := startDaemon(t)
+	cmd := exec.Command(corralBin, "--host", "unix://"+d.socket, "mcp")
+	updated := make(chan string, 16)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "it"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	}).Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to corral mcp: %v", err)
+	}
+	defer cs.Close()
+	var sb struct{ ID string }
+	mcpCall(t, cs, "create_sandbox", map[string]any{"image": "busybox"}, &sb)
+	defer mcpCall(t, cs, "remove_sandbox", map[string]any{"sandbox": sb.ID}, nil)
+	var st struct{ PID uint32 }
+	mcpCall(t, cs, "start_process", map[string]any{"sandbox": sb.ID, "command": "read x; echo got $x", "tag": "r", "open_stdin": true}, &st)
+	uri := fmt.Sprintf("corral://sandboxes/%s/processes/%d/log", sb.ID, st.PID)
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	mcpCall(t, cs, "send_input", map[string]any{"sandbox": sb.ID, "tag": "r", "input": "it\n"}, nil)
+	if got := <-updated; got != uri {
+		t.Errorf("updated %q; want %q", got, uri)
+	}
+	mcpCall(t, cs, "wait_process", map[string]any{"sandbox": sb.ID, "tag": "r"}, nil)
+	res, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if txt := res.Contents[0].Text; !strings.Contains(txt, `"stdout": "got it\n"`) {
+		t.Errorf("log resource = %s; want the process's output", txt)
+	}
 }

@@ -3,11 +3,15 @@
 package integration
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/corral-sandbox/corral/client"
 )
 
 // git runs git in dir with a fixed identity and no user configuration.
@@ -97,6 +101,30 @@ A /work/app/we ird.txt
 	stat := d.must("diff", box, "--stat", "--dir", "/work/app")
 	if !strings.Contains(stat, "5 files changed, 4 insertions(+), 2 deletions(-)") || !strings.Contains(stat, "blob.bin") {
 		t.Errorf("corral diff --stat =\n%s", stat)
+	}
+
+	// A patch with its stat (one pass, the stat in a trailer) gives what
+	// a patch and a stat request give.
+	c, err := client.New(client.WithHost("unix://" + d.socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.DiffOptions{{Dir: "/work/app"}, {Dir: "/work/app", MaxBytes: 200}} {
+		var one, two bytes.Buffer
+		res, err := c.PatchWithStat(t.Context(), box, o, &one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Patch(t.Context(), box, o, &two); err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.DiffStat(t.Context(), box, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(res.Stat, want) || one.String() != two.String() {
+			t.Errorf("PatchWithStat(%+v): stat %+v and a patch of %d bytes; want %+v and the patch's %d bytes", o, res.Stat, one.Len(), want, two.Len())
+		}
 	}
 
 	// export --patch: git apply takes it on the checkout of the base.

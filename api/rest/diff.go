@@ -16,6 +16,12 @@ const (
 	DiffOmittedTrailer = "Corral-Diff-Omitted"
 )
 
+// DiffStatLinePrefix starts the last line of a patch asked for with
+// stat=true: the compact JSON of the DiffStat that format=stat answers,
+// from the same walk. git apply ignores it, like the patch's other
+// "# corral: " lines.
+const DiffStatLinePrefix = "# corral: stat "
+
 // Change is one changed path, a line of GET /v1/sandboxes/{id}/diff
 // with format=list (application/x-ndjson).
 type Change struct {

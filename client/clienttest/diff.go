@@ -39,6 +39,10 @@ func (d *Daemon) diffRoutes(mux *http.ServeMux) {
 		case rest.DiffFormatPatch:
 			w.Header().Set("Content-Type", "text/x-diff")
 			_, _ = w.Write([]byte(df.Patch))
+			if r.URL.Query().Get("stat") == "true" {
+				b, _ := json.Marshal(df.Stat)
+				_, _ = w.Write([]byte(rest.DiffStatLinePrefix + string(b) + "\n"))
+			}
 		default:
 			writeError(w, http.StatusBadRequest, "invalid_argument", "format "+strings.TrimSpace(r.URL.Query().Get("format"))+": want list, patch or stat")
 		}

@@ -157,8 +157,10 @@ score of its attempts, how many scored 1 and the first thing worth a look
 (a timeout, an agent that was not found, a scorer that hung). RUN is a run
 ID under $CORRAL_EVAL_DIR (default ~/.corral/evals), a run directory or a
 results.json. --attempts adds a row per attempt with its score, its agent's
-exit, Corral's overhead, what it changed and the paths of its patch, trajectory (the box's
-audit trail during the agent phase) and agent log. --json prints
+exit, Corral's overhead, its box's resource use by the end of the agent
+(CPU time, peak memory, disk, OOM kills, egress denials), what it changed
+and the paths of its patch, trajectory (the box's audit trail during the
+agent phase) and agent log. --json prints
 everything: every attempt with its scorers' output, its agent's exit, its
 diff and its files (relative to "dir").`,
 		Example: `  corral eval show 20261126-190156-a1b2c3
@@ -386,7 +388,8 @@ func (a *app) evalExportCmd() *cobra.Command {
 		Long: `Write a scenario as a Harbor task (the harness Terminal-Bench 2.0 runs on),
 so that it runs where others run their agents: task.toml (timeouts,
 limits, allow_internet), instruction.md (the problem), environment/Dockerfile
-(FROM the image, its env, workdir and setup commands as RUN lines),
+(FROM the image, its env, workdir, and its setup and agent.install
+commands as RUN lines),
 tests/test.sh (the scorers, run as corral eval runs them, writing their
 weighted mean to /logs/verifier/reward.txt, with their test files and
 scripts) and, with a reference, solution/solve.sh.

@@ -16,7 +16,9 @@ client starts "corral mcp" as a subprocess and the model gets tools to create,
 list, inspect and remove sandboxes, run commands (exec, with a timeout and
 bounded output), start, list and kill background processes, read, write and
 list files, snapshot and fork sandboxes and read their egress log, and
-resources for the sandboxes and their egress logs. See docs/mcp.md.
+resources for the sandboxes, their egress logs and their background
+processes' output (which a client can subscribe to, to hear of new output).
+process_logs can wait for new output (follow_seconds). See docs/mcp.md.
 
 corral mcp is a client of the daemon like every other verb (--host,
 CORRAL_HOST, CORRAL_TOKEN). A daemon also serves the same tools itself on

@@ -108,15 +108,19 @@ func Capture(ctx context.Context, c *client.Client, o CaptureOptions) (*Captured
 
 	// What the agent changed since the start, and what it did.
 	dopts := client.DiffOptions{From: start, Dir: dir, MaxBytes: 16 << 20}
-	st, err := c.DiffStat(ctx, info.ID, dopts)
-	if err != nil {
-		return nil, fmt.Errorf("capture: diff: %w", err)
-	}
 	var patch bytes.Buffer
-	if st.FilesChanged > 0 {
-		if _, err := c.Patch(ctx, info.ID, dopts, &patch); err != nil {
-			return nil, fmt.Errorf("capture: patch: %w", err)
+	pr, err := c.PatchWithStat(ctx, info.ID, dopts, &patch) // one pass for both
+	if err != nil {
+		return nil, fmt.Errorf("capture: patch: %w", err)
+	}
+	st := pr.Stat
+	if st == nil { // a daemon that does not send the stat with the patch
+		if st, err = c.DiffStat(ctx, info.ID, dopts); err != nil {
+			return nil, fmt.Errorf("capture: diff: %w", err)
 		}
+	}
+	if st.FilesChanged == 0 {
+		patch.Reset() // notes only (a fifo git cannot hold): no counter-example
 	}
 	var traj bytes.Buffer
 	events := 0

@@ -100,6 +100,9 @@ func TestCapture(t *testing.T) {
 		t.Errorf("captured = %+v; want the start snapshot, 1 event, 1 file", got)
 	}
 	d.Mu.Lock()
+	if len(d.DiffQueries) != 1 || !strings.Contains(d.DiffQueries[0], "stat=true") {
+		t.Errorf("diff queries = %q; want one patch with its stat (one pass)", d.DiffQueries)
+	}
 	for _, q := range d.DiffQueries {
 		if !strings.Contains(q, "from=start-"+info.ID) || !strings.Contains(q, "dir=%2Fwork") {
 			t.Errorf("diff query %q; want the workdir compared with the start snapshot", q)

@@ -178,7 +178,10 @@ func cmpMode(a, b os.FileMode) os.FileMode {
 }
 
 // harborDockerfile is the task's environment: the image, the scenario's
-// env and workdir, and its setup commands as RUN lines.
+// env and workdir, and its setup and then its agent.install commands as
+// RUN lines, in the order corral eval prepares a scenario. The install's
+// secrets are not there: corral eval gives them to the agent, not to its
+// install.
 func harborDockerfile(s *Scenario, image string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Exported by corral eval export --harbor from the scenario %s.\nFROM %s\n", s.Name, image)
@@ -193,7 +196,7 @@ func harborDockerfile(s *Scenario, image string) []byte {
 	if s.Environment.Workdir != "" {
 		fmt.Fprintf(&b, "WORKDIR %s\n", s.Environment.Workdir)
 	}
-	for _, cmd := range s.Setup {
+	run := func(cmd string) {
 		// The exec form with sh -c keeps the command as it is, whatever
 		// its quotes and newlines.
 		var js bytes.Buffer
@@ -201,6 +204,15 @@ func harborDockerfile(s *Scenario, image string) []byte {
 		enc.SetEscapeHTML(false)
 		_ = enc.Encode([]string{"/bin/sh", "-c", cmd})
 		fmt.Fprintf(&b, "RUN %s", js.Bytes())
+	}
+	for _, cmd := range s.Setup {
+		run(cmd)
+	}
+	if len(s.Agent.Install) > 0 {
+		b.WriteString("# agent.install: the agent under test, as corral eval installs it\n")
+	}
+	for _, cmd := range s.Agent.Install {
+		run(cmd)
 	}
 	return b.Bytes()
 }

@@ -82,6 +82,24 @@ func TestExportHarbor(t *testing.T) {
 		t.Errorf("solve.sh = %q; want the reference command", got)
 	}
 
+	// agent.install comes after setup, as corral eval prepares a box.
+	s.Agent.Install = []string{"pip install my-agent==1.4", `printf '%s\n' "a \"b\"" > /opt/x`}
+	inst := filepath.Join(t.TempDir(), "install")
+	if _, err := ExportHarbor(s, inst, HarborOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	df2, err := os.ReadFile(filepath.Join(inst, "environment/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := strings.Index(string(df2), `RUN ["/bin/sh","-c","mkdir -p /work`)
+	pip := strings.Index(string(df2), `RUN ["/bin/sh","-c","pip install my-agent==1.4"]`+"\n")
+	quoted := strings.Index(string(df2), `RUN ["/bin/sh","-c","printf '%s\\n' \"a \\\"b\\\"\" > /opt/x"]`+"\n")
+	if setup < 0 || pip < setup || quoted < pip {
+		t.Errorf("Dockerfile\n%s\nwants the setup, then agent.install's commands as RUN lines", df2)
+	}
+	s.Agent.Install = nil
+
 	if _, err := ExportHarbor(s, dir, HarborOptions{}); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("export into a full directory = %v; want already exists", err)
 	}

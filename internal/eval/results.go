@@ -14,6 +14,7 @@ import (
 
 	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/units"
 )
 
 // ResultsFile is the name of a run's results in its directory.
@@ -73,6 +74,9 @@ type Attempt struct {
 	// empty when the daemon records no trail.
 	Trajectory string `json:"trajectory,omitempty"`
 	Events     int    `json:"trajectory_events,omitempty"`
+	// Resources is what the box used by the end of the agent phase; nil
+	// when the daemon could not tell.
+	Resources *Resources `json:"resources,omitempty"`
 	// Error is why the attempt could not be scored (its box could not be
 	// made, the run was interrupted); Score is then 0.
 	Error string `json:"error,omitempty"`
@@ -90,6 +94,25 @@ type AgentResult struct {
 	// init).
 	Reason string `json:"reason"`
 	Output string `json:"output,omitempty"`
+}
+
+// Resources is an attempt's box's resource use and policy hits by the
+// end of its agent phase (before the scorers run): its cgroup's figures
+// as corral inspect shows them, and its egress denials from its audit
+// trail (or its egress log when the daemon keeps no trail).
+type Resources struct {
+	// CPU is the CPU time (user and system) of every process of the box.
+	CPU time.Duration `json:"cpu_ns"`
+	// MemoryPeakBytes is the box's highest memory use (0: the kernel does
+	// not tell).
+	MemoryPeakBytes uint64 `json:"memory_peak_bytes,omitempty"`
+	// DiskBytes is what the box's writable disk holds.
+	DiskBytes uint64 `json:"disk_bytes,omitempty"`
+	// OOMKills counts the processes of the box the OOM killer ended.
+	OOMKills uint64 `json:"oom_kills"`
+	// EgressDenied counts the connections and DNS queries the box's
+	// network policy refused.
+	EgressDenied int `json:"egress_denied"`
 }
 
 // Mean is the mean score of a scenario's attempts.
@@ -179,7 +202,7 @@ func WriteTable(w io.Writer, r *Run) error {
 // looked at or captured.
 func WriteAttempts(w io.Writer, r *Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tN\tSCORE\tAGENT\tOVERHEAD\tCHANGED\tPATCH\tTRAJECTORY\tAGENT LOG")
+	fmt.Fprintln(tw, "SCENARIO\tN\tSCORE\tAGENT\tOVERHEAD\tCPU\tMEM PEAK\tDISK\tOOM\tDENIED\tCHANGED\tPATCH\tTRAJECTORY\tAGENT LOG")
 	file := func(name string) string {
 		if name == "" {
 			return "-"
@@ -206,10 +229,25 @@ func WriteAttempts(w io.Writer, r *Run) error {
 			if a.Agent.Reason != "" {
 				log = fmt.Sprintf("%s.%d.agent.log", s.Name, a.N)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, a.N, a.Score, cmpStr(agent, "-"), a.Overhead.Round(time.Millisecond), changed, file(a.Patch), file(a.Trajectory), file(log))
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, a.N, a.Score, cmpStr(agent, "-"), a.Overhead.Round(time.Millisecond), resourceCells(a.Resources), changed, file(a.Patch), file(a.Trajectory), file(log))
 		}
 	}
 	return tw.Flush()
+}
+
+// resourceCells are the CPU, MEM PEAK, DISK, OOM and DENIED cells of an
+// attempt's row.
+func resourceCells(r *Resources) string {
+	if r == nil {
+		return "-\t-\t-\t-\t-"
+	}
+	size := func(n uint64) string {
+		if n == 0 {
+			return "-"
+		}
+		return units.FormatBytes(int64(n))
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%d\t%d", r.CPU.Round(time.Millisecond), size(r.MemoryPeakBytes), size(r.DiskBytes), r.OOMKills, r.EgressDenied)
 }
 
 // attemptNote is the first thing worth a look in an attempt.
@@ -220,10 +258,16 @@ func attemptNote(a Attempt) string {
 	if a.Agent.Reason != "" && a.Agent.Reason != "exit" {
 		return fmt.Sprintf("attempt %d: agent %s", a.N, a.Agent.Reason)
 	}
+	if r := a.Resources; r != nil && r.OOMKills > 0 {
+		return fmt.Sprintf("attempt %d: %d OOM kills in the box", a.N, r.OOMKills)
+	}
 	for _, s := range a.Scorers {
 		if s.Reason != "" {
 			return fmt.Sprintf("attempt %d: scorer %s: %s", a.N, s.Name, s.Reason)
 		}
+	}
+	if r := a.Resources; r != nil && r.EgressDenied > 0 {
+		return fmt.Sprintf("attempt %d: %d egress denials", a.N, r.EgressDenied)
 	}
 	return ""
 }

@@ -514,11 +514,26 @@ func (r *Runner) attempt(ctx context.Context, s *Scenario, snap string, n int, c
 		a.Error = "interrupted"
 		return a
 	}
-	if info, err := r.c.GetSandbox(ctx, box); err == nil && info.State != "running" {
-		a.Agent.Reason = "box_" + info.State
+	if info, err := r.c.GetSandbox(ctx, box); err == nil {
+		if info.State != "running" {
+			a.Agent.Reason = "box_" + info.State
+		}
+		if u := info.Usage; u != nil {
+			a.Resources = &Resources{CPU: time.Duration(u.CPUNanos), MemoryPeakBytes: u.MemoryPeakBytes, DiskBytes: u.DiskBytes, OOMKills: u.OOMKills}
+		}
 	}
 	a.Diff, a.Patch = r.diff(ctx, s, box, n)
-	a.Trajectory, a.Events, a.Pooled = r.trajectory(ctx, s, box, n)
+	var denied int
+	var trail bool
+	a.Trajectory, a.Events, a.Pooled, denied, trail = r.trajectory(ctx, s, box, n)
+	if !trail {
+		denied = r.egressDenied(ctx, s, box)
+	}
+	if a.Resources != nil {
+		a.Resources.EgressDenied = denied
+	} else if denied > 0 {
+		a.Resources = &Resources{EgressDenied: denied}
+	}
 	sb := r.c.Sandbox(box)
 	if _, err := r.c.SetNetwork(ctx, box, *toNetwork(s.Environment.ScoringNetwork)); err != nil {
 		a.Error = fmt.Sprintf("scoring network: %v", err)
@@ -664,19 +679,25 @@ func (r *Runner) runAgent(ctx context.Context, s *Scenario, box string, n int) (
 }
 
 // diff records what the agent changed under the workdir: a stat in the
-// results and the patch in a file of the run's directory.
+// results and the patch in a file of the run's directory, both from one
+// request (one pass over the box's files); a daemon that does not send
+// the patch's stat is asked for it apart.
 func (r *Runner) diff(ctx context.Context, s *Scenario, box string, n int) (*client.DiffStat, string) {
 	o := client.DiffOptions{Dir: s.Environment.Workdir, MaxBytes: 16 << 20}
-	st, err := r.c.DiffStat(ctx, box, o)
+	var buf bytes.Buffer
+	res, err := r.c.PatchWithStat(ctx, box, o, &buf)
 	if err != nil {
 		log.G(ctx).Debug("eval diff", "sandbox", box, "error", err)
 		return nil, ""
 	}
-	if st.FilesChanged == 0 {
-		return st, ""
+	st := res.Stat
+	if st == nil {
+		if st, err = r.c.DiffStat(ctx, box, o); err != nil {
+			log.G(ctx).Debug("eval diff", "sandbox", box, "error", err)
+			return nil, ""
+		}
 	}
-	var buf bytes.Buffer
-	if _, err := r.c.Patch(ctx, box, o, &buf); err != nil {
+	if st.FilesChanged == 0 {
 		return st, ""
 	}
 	name := fmt.Sprintf("%s.%d.patch", s.Name, n)
@@ -688,10 +709,11 @@ func (r *Runner) diff(ctx context.Context, s *Scenario, box string, n int) (*cli
 
 // trajectory saves the box's audit trail so far (the agent phase: the
 // scorers have not run yet) as JSON lines in a file of the run's
-// directory, and returns the file's name, its number of events and
-// whether the box was handed out of a warm pool. A daemon that records no
-// trail (audit off) leaves all three empty.
-func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int) (name string, events int, pooled bool) {
+// directory, and returns the file's name, its number of events, whether
+// the box was handed out of a warm pool and how many of its connections
+// and DNS queries the network policy denied. A daemon that records no
+// trail (audit off) leaves all of them empty and ok false.
+func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int) (name string, events int, pooled bool, denied int, ok bool) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	err := r.c.Trajectory(ctx, box, func(ev client.AuditEvent) error {
@@ -699,19 +721,40 @@ func (r *Runner) trajectory(ctx context.Context, s *Scenario, box string, n int)
 		if ev.Lifecycle != nil && ev.Lifecycle.Change == "handed_out" {
 			pooled = true
 		}
+		if ev.Network != nil && ev.Network.Verdict == "deny" {
+			denied++
+		}
 		return enc.Encode(ev)
 	})
 	if err != nil {
 		log.G(ctx).Debug("eval trajectory", "sandbox", box, "error", err)
-		return "", 0, false
+		return "", 0, false, 0, false
 	}
 	if events == 0 {
-		return "", 0, false
+		return "", 0, false, 0, true
 	}
 	name = fmt.Sprintf("%s.%d.trajectory.jsonl", s.Name, n)
 	if err := os.WriteFile(filepath.Join(r.opts.Dir, name), buf.Bytes(), 0o644); err != nil {
 		log.G(ctx).Warn("eval trajectory", "sandbox", box, "error", err)
-		return "", 0, pooled
+		return "", 0, pooled, denied, true
 	}
-	return name, events, pooled
+	return name, events, pooled, denied, true
+}
+
+// egressDenied counts the egress denials in the box's egress log, for a
+// daemon that keeps no audit trail; a box without network has none.
+func (r *Runner) egressDenied(ctx context.Context, s *Scenario, box string) (denied int) {
+	if n := s.Environment.Network; n == nil || cmpStr(n.Mode, "none") == "none" {
+		return 0
+	}
+	err := r.c.NetworkLog(ctx, box, client.NetworkLogOptions{}, func(ev client.NetworkEvent) error {
+		if ev.Verdict == "deny" {
+			denied++
+		}
+		return nil
+	})
+	if err != nil {
+		log.G(ctx).Debug("eval egress log", "sandbox", box, "error", err)
+	}
+	return denied
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -367,5 +368,85 @@ func TestRunInterruptedCreate(t *testing.T) {
 	}
 	if a := run.Scenarios[0].Attempts[0]; a.Error != "interrupted" {
 		t.Errorf("attempt error = %q; want interrupted", a.Error)
+	}
+}
+
+// TestRunResources records per attempt the box's resource use from its
+// inspect usage and its egress denials from its egress log (the fake
+// keeps no audit trail), in the results and in show --attempts.
+func TestRunResources(t *testing.T) {
+	d, c := fakeClient(t)
+	s := scenario(t, `environment: {image: busybox, workdir: /work, network: {mode: allowlist, allow: [example.com]}}
+scorers:
+  - command: "true"
+`)
+	dir := filepath.Join(t.TempDir(), "run")
+	r := NewRunner(c, "r1", Options{Agent: "true", Attempts: 1, Dir: dir})
+	r.afterAgent = func() {
+		d.Mu.Lock()
+		defer d.Mu.Unlock()
+		for id, sb := range d.Sandboxes {
+			sb.Usage = &client.Usage{CPUNanos: 1500e6, MemoryPeakBytes: 64 << 20, DiskBytes: 3 << 20, OOMKills: 2}
+			d.NetLog[id] = []client.NetworkEvent{
+				{Sandbox: id, Kind: "dns", Host: "example.com", Verdict: "allow"},
+				{Sandbox: id, Kind: "tcp", Host: "evil.test", Verdict: "deny"},
+				{Sandbox: id, Kind: "dns", Host: "evil.test", Verdict: "deny"},
+			}
+			d.Diffs[id] = clienttest.Diff{Stat: client.DiffStat{FilesChanged: 1, Insertions: 1}, Patch: "diff --git a/x b/x\n"}
+		}
+	}
+	run, err := r.Run(t.Context(), []*Scenario{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := run.Scenarios[0].Attempts[0]
+	want := Resources{CPU: 1500 * time.Millisecond, MemoryPeakBytes: 64 << 20, DiskBytes: 3 << 20, OOMKills: 2, EgressDenied: 2}
+	if a.Resources == nil || *a.Resources != want {
+		t.Fatalf("attempt resources = %+v; want %+v", a.Resources, want)
+	}
+	// The diff's stat and patch come from one request (one pass).
+	if a.Diff == nil || a.Diff.FilesChanged != 1 || a.Patch == "" {
+		t.Errorf("attempt diff = %+v, patch %q; want 1 file and its patch", a.Diff, a.Patch)
+	} else if data, err := os.ReadFile(filepath.Join(dir, a.Patch)); err != nil || string(data) != "diff --git a/x b/x\n" {
+		t.Errorf("patch file = %q, %v; want the patch without its stat line", data, err)
+	}
+	d.Mu.Lock()
+	if q := d.DiffQueries; len(q) != 1 || !strings.Contains(q[0], "format=patch") || !strings.Contains(q[0], "stat=true") {
+		t.Errorf("diff requests = %q; want one patch with its stat", q)
+	}
+	d.Mu.Unlock()
+	loaded, err := LoadRun("", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded.Scenarios[0].Attempts[0].Resources; got == nil || *got != want {
+		t.Errorf("results.json resources = %+v; want %+v", got, want)
+	}
+	var buf bytes.Buffer
+	if err := WriteAttempts(&buf, loaded); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "CPU") || !strings.Contains(lines[0], "DENIED") {
+		t.Fatalf("show --attempts = %q; want a header with CPU and DENIED and one row", buf.String())
+	}
+	cell := func(col string) string { // the row's cell under the header's column
+		i := strings.Index(lines[0], col)
+		if i < 0 || i >= len(lines[1]) {
+			return ""
+		}
+		return strings.Fields(lines[1][i:])[0]
+	}
+	for col, want := range map[string]string{"CPU": "1.5s", "MEM PEAK": "64", "DISK": "3", "OOM": "2", "DENIED": "2"} {
+		if got := cell(col); got != want {
+			t.Errorf("attempt row %q: %s = %q; want %q", lines[1], col, got, want)
+		}
+	}
+	buf.Reset()
+	if err := WriteTable(&buf, loaded); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "attempt 1: 2 OOM kills in the box") {
+		t.Errorf("table = %q; want the OOM kills in the note", buf.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -406,4 +407,36 @@ func treeDiff(t *testing.T, a, b string) string {
 		return m
 	}
 	return cmp.Diff(read(a), read(b))
+}
+
+// TestPatchStatOnePass checks that one walk feeding a writing Patch gives
+// the same patch as a walk for the patch alone and, from Stat, the same
+// files and notes as a second walk for the diffstat (a Patch with no
+// writer), also when limits leave files out of the patch.
+func TestPatchStatOnePass(t *testing.T) {
+	s := Stacks{New: []Layer{upper()}, Shared: []Layer{image()}}
+	for _, o := range []PatchOptions{{}, {MaxFileBytes: 11}, {MaxBytes: 10}, {MaxBytes: 200}} {
+		t.Run(fmt.Sprintf("%+v", o), func(t *testing.T) {
+			var patchOnly, onePass bytes.Buffer
+			two := NewPatch(&patchOnly, o)
+			if err := Walk(context.Background(), s, Options{}, two.Add); err != nil {
+				t.Fatal(err)
+			}
+			stat := NewPatch(nil, o)
+			if err := Walk(context.Background(), s, Options{}, stat.Add); err != nil {
+				t.Fatal(err)
+			}
+			one := NewPatch(&onePass, o)
+			if err := Walk(context.Background(), s, Options{}, one.Add); err != nil {
+				t.Fatal(err)
+			}
+			if onePass.String() != patchOnly.String() || !reflect.DeepEqual(one.Notes, two.Notes) || !reflect.DeepEqual(one.Files, two.Files) {
+				t.Errorf("one pass's patch differs from the patch pass's:\n%s\nwant\n%s", onePass.String(), patchOnly.String())
+			}
+			files, notes := one.Stat()
+			if len(files) == 0 || !reflect.DeepEqual(files, stat.Files) || !reflect.DeepEqual(notes, stat.Notes) {
+				t.Errorf("Stat() = %+v, %+v; want the stat pass's %+v, %+v", files, notes, stat.Files, stat.Notes)
+			}
+		})
+	}
 }

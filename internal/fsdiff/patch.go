@@ -65,7 +65,19 @@ type Patch struct {
 	// Files and Notes are what was written, in order.
 	Files []FileStat
 	Notes []Note
+
+	// statFiles and statNotes are what a Patch with no writer would have
+	// (see Stat).
+	statFiles []FileStat
+	statNotes []Note
 }
+
+// Stat returns the files and notes that a Patch with no writer (a
+// diffstat) fed the same changes has, so that one walk gives both the
+// patch and its stat: the same as Files and Notes, except that a file the
+// patch left out because the patch reached MaxBytes is counted (a
+// diffstat has no size to reach) and not noted.
+func (p *Patch) Stat() ([]FileStat, []Note) { return p.statFiles, p.statNotes }
 
 // NewPatch returns a Patch writing to w (nil: none).
 func NewPatch(w io.Writer, o PatchOptions) *Patch {
@@ -145,8 +157,9 @@ func (p *Patch) Add(c Change) error {
 	if err != nil {
 		return err
 	}
+	p.statFiles = append(p.statFiles, st)
 	if p.w != nil && p.wrote+int64(p.buf.Len()) > p.opts.MaxBytes {
-		return p.note(Note{Path: c.Path, Omitted: true, Reason: fmt.Sprintf("the patch reached its limit of %d bytes", p.opts.MaxBytes)})
+		return p.writeNote(Note{Path: c.Path, Omitted: true, Reason: fmt.Sprintf("the patch reached its limit of %d bytes", p.opts.MaxBytes)})
 	}
 	p.Files = append(p.Files, st)
 	return p.flush()
@@ -163,7 +176,14 @@ func (p *Patch) flush() error {
 	return err
 }
 
+// note records and writes a note that a diffstat has too.
 func (p *Patch) note(n Note) error {
+	p.statNotes = append(p.statNotes, n)
+	return p.writeNote(n)
+}
+
+// writeNote records and writes a note of the patch only.
+func (p *Patch) writeNote(n Note) error {
 	p.Notes = append(p.Notes, n)
 	word := "skipped"
 	if n.Omitted {

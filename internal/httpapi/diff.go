@@ -19,8 +19,11 @@ import (
 // diffRequest is the query of GET /v1/sandboxes/{id}/diff.
 type diffRequest struct {
 	from, format string
-	walk         fsdiff.Options
-	patch        fsdiff.PatchOptions
+	// stat asks a patch for its DiffStat in its last line
+	// (rest.DiffStatLinePrefix).
+	stat  bool
+	walk  fsdiff.Options
+	patch fsdiff.PatchOptions
 }
 
 func parseDiffRequest(r *http.Request) (diffRequest, error) {
@@ -33,6 +36,14 @@ func parseDiffRequest(r *http.Request) (diffRequest, error) {
 	default:
 		return d, fmt.Errorf("format %q must be list, patch or stat: %w", d.format, errdefs.ErrInvalidArgument)
 	}
+	stat, err := boolQuery(r, "stat")
+	if err != nil {
+		return d, err
+	}
+	if stat && d.format != rest.DiffFormatPatch {
+		return d, fmt.Errorf("stat=true goes with format=patch (its stat in its last line), not format=%s: %w", d.format, errdefs.ErrInvalidArgument)
+	}
+	d.stat = stat
 	d.walk = fsdiff.Options{Dir: q.Get("dir"), Paths: q["path"]}
 	if _, err := fsdiff.NewFilter(d.walk.Paths); err != nil {
 		return d, err
@@ -95,10 +106,19 @@ func (s *Server) diffSandbox(w http.ResponseWriter, r *http.Request) {
 			out.start()
 			w.Header().Set(rest.DiffOmittedTrailer, strconv.Itoa(n))
 		}
+		if req.stat && err == nil {
+			// The stat of the same walk, in the last line: no second pass
+			// over the files (and no trailer, whose size clients bound).
+			files, notes := p.Stat()
+			var b []byte
+			if b, err = json.Marshal(restStat(files, notes)); err == nil {
+				_, err = fmt.Fprintf(out, "%s%s\n", rest.DiffStatLinePrefix, b)
+			}
+		}
 	case rest.DiffFormatStat:
 		p := fsdiff.NewPatch(nil, req.patch)
 		if err = fsdiff.Walk(ctx, st, req.walk, p.Add); err == nil {
-			writeJSON(w, http.StatusOK, restStat(p))
+			writeJSON(w, http.StatusOK, restStat(p.Files, p.Notes))
 			return
 		}
 	}
@@ -177,15 +197,15 @@ func typeOf(m fs.FileMode) string {
 	return "file"
 }
 
-func restStat(p *fsdiff.Patch) rest.DiffStat {
+func restStat(files []fsdiff.FileStat, notes []fsdiff.Note) rest.DiffStat {
 	out := rest.DiffStat{Files: []rest.FileStat{}}
-	for _, f := range p.Files {
+	for _, f := range files {
 		out.Files = append(out.Files, rest.FileStat{Path: f.Path, Insertions: f.Added, Deletions: f.Deleted, Binary: f.Binary, OldSize: f.OldSize, NewSize: f.NewSize, ModeOnly: f.ModeOnly})
 		out.Insertions += f.Added
 		out.Deletions += f.Deleted
 	}
-	out.FilesChanged = len(p.Files)
-	for _, n := range p.Notes {
+	out.FilesChanged = len(files)
+	for _, n := range notes {
 		out.Notes = append(out.Notes, rest.DiffNote{Path: n.Path, Reason: n.Reason, Omitted: n.Omitted})
 	}
 	return out

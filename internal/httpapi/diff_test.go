@@ -19,6 +19,9 @@ func TestParseDiffRequest(t *testing.T) {
 		{"path=[", false},
 		{"max_bytes=0", false},
 		{"max_file_bytes=ten", false},
+		{"format=patch&stat=true", true},
+		{"format=stat&stat=true", false},
+		{"format=patch&stat=yes", false},
 	} {
 		r := httptest.NewRequest("GET", "/v1/sandboxes/x/diff?"+tc.query, nil)
 		_, err := parseDiffRequest(r)

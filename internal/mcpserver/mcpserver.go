@@ -19,6 +19,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -54,11 +55,19 @@ Typical use: create_sandbox (note the returned id), then exec to run commands an
 type Options struct {
 	// Logger receives the SDK's own log (default: discard).
 	Logger *slog.Logger
+	// NoSubscriptions turns resource subscriptions off: a subscription
+	// holds a stream open and follows a process, which the stateless
+	// HTTP endpoint does not keep.
+	NoSubscriptions bool
 }
 
 // server holds what the tool handlers share.
 type server struct {
-	c *client.Client
+	c   *client.Client
+	srv *mcp.Server
+
+	mu      sync.Mutex
+	watches map[string]*logWatch // by resource URI
 }
 
 // New returns the MCP server whose tools and resources drive the daemon
@@ -67,11 +76,13 @@ func New(c *client.Client, opts Options) *mcp.Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	srv := mcp.NewServer(&mcp.Implementation{Name: "corral", Title: "Corral sandboxes", Version: version.Version}, &mcp.ServerOptions{
-		Instructions: instructions,
-		Logger:       opts.Logger,
-	})
-	s := &server{c: c}
+	s := &server{c: c, watches: map[string]*logWatch{}}
+	so := &mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger}
+	if !opts.NoSubscriptions {
+		so.SubscribeHandler, so.UnsubscribeHandler = s.subscribe, s.unsubscribe
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "corral", Title: "Corral sandboxes", Version: version.Version}, so)
+	s.srv = srv
 	s.addSandboxTools(srv)
 	s.addExecTools(srv)
 	s.addProcessTools(srv)
@@ -90,6 +101,7 @@ func New(c *client.Client, opts Options) *mcp.Server {
 // session, so an exec it cancels runs on to its timeout.
 // Authentication is the caller's (the daemon mounts it behind its token).
 func HTTPHandler(c *client.Client, opts Options) http.Handler {
+	opts.NoSubscriptions = true
 	srv := New(c, opts)
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless: true,

@@ -504,7 +504,7 @@ func TestResources(t *testing.T) {
 		templates = append(templates, rt.URITemplate)
 	}
 	slices.Sort(templates)
-	if want := []string{"corral://sandboxes/{id}", "corral://sandboxes/{id}/network-log"}; !slices.Equal(templates, want) {
+	if want := []string{"corral://sandboxes/{id}", "corral://sandboxes/{id}/network-log", "corral://sandboxes/{id}/processes/{pid}/log"}; !slices.Equal(templates, want) {
 		t.Errorf("resource templates = %v; want %v", templates, want)
 	}
 

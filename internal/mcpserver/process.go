@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -34,17 +36,23 @@ func (p procSelector) selector() (client.ProcessSelector, error) {
 	return client.ProcessSelector{PID: p.PID, Tag: p.Tag}, nil
 }
 
+// Follow bounds of process_logs, in seconds.
+const MaxFollowSeconds = 300
+
 type logsInput struct {
 	procSelector
-	TailLines    int `json:"tail_lines,omitempty" jsonschema:"return only the last this many lines of the kept output; 0 returns all of it from the start"`
-	MaxOutputKiB int `json:"max_output_kib,omitempty" jsonschema:"keep at most this many KiB of stdout and as many of stderr; longer output keeps its first and last halves"`
+	TailLines        int   `json:"tail_lines,omitempty" jsonschema:"return only the last this many lines of the kept output; 0 returns all of it from the start"`
+	MaxOutputKiB     int   `json:"max_output_kib,omitempty" jsonschema:"keep at most this many KiB of stdout and as many of stderr; longer output keeps its first and last halves"`
+	SinceStdoutBytes int64 `json:"since_stdout_bytes,omitempty" jsonschema:"return only stdout after this offset: the stdout_bytes of the previous call"`
+	SinceStderrBytes int64 `json:"since_stderr_bytes,omitempty" jsonschema:"return only stderr after this offset: the stderr_bytes of the previous call"`
+	FollowSeconds    int   `json:"follow_seconds,omitempty" jsonschema:"wait up to this many seconds for output past the since offsets (or the process's end), and return as soon as some arrived"`
 }
 
 type logsOutput struct {
-	Stdout      string `json:"stdout" jsonschema:"standard output kept so far (all output, for a process on a terminal)"`
-	Stderr      string `json:"stderr" jsonschema:"standard error kept so far"`
-	StdoutBytes int64  `json:"stdout_bytes" jsonschema:"bytes of stdout returned before any cut"`
-	StderrBytes int64  `json:"stderr_bytes" jsonschema:"bytes of stderr returned before any cut"`
+	Stdout      string `json:"stdout" jsonschema:"standard output kept so far, or after since_stdout_bytes (all output, for a process on a terminal)"`
+	Stderr      string `json:"stderr" jsonschema:"standard error kept so far, or after since_stderr_bytes"`
+	StdoutBytes int64  `json:"stdout_bytes" jsonschema:"offset of the end of the stdout returned (before any cut): pass it as since_stdout_bytes to get only what comes next"`
+	StderrBytes int64  `json:"stderr_bytes" jsonschema:"offset of the end of the stderr returned: pass it as since_stderr_bytes"`
 	Running     bool   `json:"running" jsonschema:"the process still runs; its output goes on"`
 	ExitCode    *int   `json:"exit_code,omitempty" jsonschema:"the exit status, once it ended"`
 	Note        string `json:"note,omitempty" jsonschema:"what was cut from the output, if anything"`
@@ -85,13 +93,16 @@ func (s *server) addProcessTools(srv *mcp.Server) {
 		Name:  "process_logs",
 		Title: "Read a background process's output",
 		Description: fmt.Sprintf(`Read what a background process (from start_process) wrote to stdout and stderr, from its start or, with tail_lines, its last lines. Works while it runs and for a while after it ended (the sandbox keeps the last 64 processes that ended, for 15 minutes). Pick it by pid or tag.
-Returns stdout, stderr, running and, once it ended, exit_code. It returns at once with what was written so far; call it again for more, or wait_process to wait for the end.
-Limits: the sandbox keeps the last 1 MiB (by default) of each process's output; stdout and stderr are each returned up to max_output_kib (default %d KiB, at most %d): longer output keeps its first and last halves and note says how much was cut, so prefer tail_lines.`,
-			DefaultOutputKiB, MaxOutputKiB),
+Returns stdout, stderr, running and, once it ended, exit_code, with stdout_bytes and stderr_bytes: pass them back as since_stdout_bytes and since_stderr_bytes to get only the output that came after. It returns at once with what was written so far; to follow a process (a server starting, a build), add follow_seconds: the call then waits up to that many seconds until there is output past the since offsets or the process ended, and returns what arrived (nothing, with running true, when the time ran out); call it again with the new offsets for more. wait_process waits for the end.
+Limits: the sandbox keeps the last 1 MiB (by default) of each process's output (offsets count that kept output); stdout and stderr are each returned up to max_output_kib (default %d KiB, at most %d): longer output keeps its first and last halves and note says how much was cut, so prefer tail_lines or the since offsets. follow_seconds is at most %d.`,
+			DefaultOutputKiB, MaxOutputKiB, MaxFollowSeconds),
 		InputSchema: inputSchema[logsInput](func(p map[string]*jsonschema.Schema) {
 			pick(p)
 			p["tail_lines"].Minimum = ptr(0.0)
 			bounds(p["max_output_kib"], 1, MaxOutputKiB, DefaultOutputKiB)
+			p["since_stdout_bytes"].Minimum = ptr(0.0)
+			p["since_stderr_bytes"].Minimum = ptr(0.0)
+			bounds(p["follow_seconds"], 1, MaxFollowSeconds, 0)
 		}),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.processLogs)
@@ -124,25 +135,80 @@ func (s *server) processLogs(ctx context.Context, _ *mcp.CallToolRequest, in log
 	if err != nil {
 		return nil, nil, err
 	}
+	out, err := s.readLogs(ctx, in.Sandbox, sel, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: logsText(out)}}}, out, nil
+}
+
+// readLogs reads a background process's output as process_logs returns
+// it: the kept output (its tail, or what follows the since offsets),
+// waiting up to in.FollowSeconds for output past the offsets.
+func (s *server) readLogs(ctx context.Context, box string, sel client.ProcessSelector, in logsInput) (*logsOutput, error) {
 	if in.TailLines < 0 {
-		return nil, nil, fmt.Errorf("tail_lines %d must not be negative (0: all of it): %w", in.TailLines, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("tail_lines %d must not be negative (0: all of it): %w", in.TailLines, errdefs.ErrInvalidArgument)
+	}
+	if in.SinceStdoutBytes < 0 || in.SinceStderrBytes < 0 {
+		return nil, fmt.Errorf("since_stdout_bytes and since_stderr_bytes must not be negative (give the previous call's stdout_bytes and stderr_bytes): %w", errdefs.ErrInvalidArgument)
+	}
+	since := in.SinceStdoutBytes > 0 || in.SinceStderrBytes > 0
+	if in.TailLines > 0 && (since || in.FollowSeconds > 0) {
+		return nil, fmt.Errorf("tail_lines goes without since_stdout_bytes, since_stderr_bytes and follow_seconds (they pick where the output starts): %w", errdefs.ErrInvalidArgument)
+	}
+	if in.FollowSeconds < 0 || in.FollowSeconds > MaxFollowSeconds {
+		return nil, fmt.Errorf("follow_seconds %d: want 1 to %d (0: do not wait): %w", in.FollowSeconds, MaxFollowSeconds, errdefs.ErrInvalidArgument)
 	}
 	kib := in.MaxOutputKiB
 	if kib == 0 {
 		kib = DefaultOutputKiB
 	}
 	if kib < 0 || kib > MaxOutputKiB {
-		return nil, nil, fmt.Errorf("max_output_kib %d: want 1 to %d: %w", kib, MaxOutputKiB, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("max_output_kib %d: want 1 to %d: %w", kib, MaxOutputKiB, errdefs.ErrInvalidArgument)
 	}
 	stdout, stderr := newBoundedBuffer(kib<<10), newBoundedBuffer(kib<<10)
-	res, err := s.c.Sandbox(in.Sandbox).Logs(ctx, sel, client.LogsOptions{Stdout: stdout, Stderr: stderr, Tail: in.TailLines})
+	opts := client.LogsOptions{Stdout: stdout, Stderr: stderr, Tail: in.TailLines}
+	lctx := ctx
+	var arrived chan struct{}
+	var so, se *skipWriter
+	if since || in.FollowSeconds > 0 {
+		// One stream of the kept output and then the live output, so
+		// that nothing is lost between the two; the bytes before the
+		// offsets are counted, not returned.
+		arrived = make(chan struct{})
+		var once sync.Once
+		signal := func() { once.Do(func() { close(arrived) }) }
+		so = &skipWriter{w: stdout, skip: in.SinceStdoutBytes, arrived: signal}
+		se = &skipWriter{w: stderr, skip: in.SinceStderrBytes, arrived: signal}
+		opts.Stdout, opts.Stderr = so, se
+	}
+	if in.FollowSeconds > 0 {
+		opts.Follow = true
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, time.Duration(in.FollowSeconds)*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-arrived:
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+	}
+	res, err := s.c.Sandbox(box).Logs(lctx, sel, opts)
+	if err != nil && (lctx == ctx || ctx.Err() != nil || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errdefs.IsDeadlineExceeded(err) && !errdefs.IsCanceled(err)) {
+		return nil, err
+	}
 	if err != nil {
-		return nil, nil, err
+		res = nil // stopped following: the process still runs
 	}
 	out := &logsOutput{
 		Stdout: stdout.String(), Stderr: stderr.String(),
 		StdoutBytes: stdout.total, StderrBytes: stderr.total,
 		Running: res == nil,
+	}
+	if so != nil {
+		out.StdoutBytes, out.StderrBytes = so.seen, se.seen
 	}
 	if res != nil {
 		out.ExitCode = &res.ExitCode
@@ -153,11 +219,38 @@ func (s *server) processLogs(ctx context.Context, _ *mcp.CallToolRequest, in log
 		buf  *boundedBuffer
 	}{{"stdout", stdout}, {"stderr", stderr}} {
 		if b.buf.cut() {
-			notes = append(notes, fmt.Sprintf("%s was %s, more than max_output_kib (%d KiB): its middle was cut; use tail_lines", b.name, client.FormatBytes(b.buf.total), kib))
+			notes = append(notes, fmt.Sprintf("%s was %s, more than max_output_kib (%d KiB): its middle was cut; use tail_lines or the since offsets", b.name, client.FormatBytes(b.buf.total), kib))
 		}
 	}
 	out.Note = strings.Join(notes, "; ")
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: logsText(out)}}}, out, nil
+	return out, nil
+}
+
+// skipWriter drops the first skip bytes written to it, passes the rest
+// to w, and calls arrived at the first byte past skip; seen counts every
+// byte.
+type skipWriter struct {
+	w       io.Writer
+	skip    int64
+	seen    int64
+	arrived func()
+}
+
+func (s *skipWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	start := s.seen
+	s.seen += int64(n)
+	if s.seen <= s.skip {
+		return n, nil
+	}
+	if start < s.skip {
+		b = b[s.skip-start:]
+	}
+	if _, err := s.w.Write(b); err != nil {
+		return 0, err
+	}
+	s.arrived()
+	return n, nil
 }
 
 // logsText is process_logs' result as the model reads it.

@@ -1,13 +1,19 @@
 package mcpserver_test
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/corral-sandbox/corral/api/rest"
+	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/client/clienttest"
+	"github.com/corral-sandbox/corral/internal/mcpserver"
 )
 
 type logsResult struct {
@@ -163,5 +169,134 @@ func clienttestDiff(changes []rest.Change, patch string) clienttest.Diff {
 			FilesChanged: 1, Insertions: 1000,
 		},
 		Patch: patch,
+	}
+}
+
+// TestProcessLogsFollow follows a background process: the since offsets
+// return only the output after the previous call's, and follow_seconds
+// waits until output past them arrives, with nothing lost between the
+// calls, then returns it.
+func TestProcessLogsFollow(t *testing.T) {
+	cs, _ := session(t)
+	id := create(t, cs, nil).ID
+	call(t, cs, "start_process", map[string]any{"sandbox": id, "args": []any{"bg", "hello"}, "tag": "srv", "open_stdin": true}, nil)
+
+	var l struct {
+		logsResult
+		StdoutBytes int64 `json:"stdout_bytes"`
+	}
+	call(t, cs, "process_logs", map[string]any{"sandbox": id, "tag": "srv"}, &l)
+	if l.Stdout != "hello\n" || l.StdoutBytes != 6 {
+		t.Fatalf("process_logs = %+v; want hello and offset 6", l)
+	}
+	// Nothing new yet: since alone returns at once with nothing.
+	call(t, cs, "process_logs", map[string]any{"sandbox": id, "tag": "srv", "since_stdout_bytes": l.StdoutBytes}, &l)
+	if l.Stdout != "" || l.StdoutBytes != 6 || !l.Running {
+		t.Fatalf("process_logs since 6 = %+v; want nothing new, offset 6, running", l)
+	}
+	// The follow waits for the line that the input makes the process
+	// write, whether it comes before or after the call starts.
+	done := make(chan struct{})
+	var f struct {
+		logsResult
+		StdoutBytes int64 `json:"stdout_bytes"`
+	}
+	go func() {
+		defer close(done)
+		call(t, cs, "process_logs", map[string]any{"sandbox": id, "tag": "srv", "since_stdout_bytes": 6, "follow_seconds": MaxFollow}, &f)
+	}()
+	call(t, cs, "send_input", map[string]any{"sandbox": id, "tag": "srv", "input": "ping\n"}, nil)
+	<-done
+	if f.Stdout != "ping\n" || f.StdoutBytes != 11 || !f.Running {
+		t.Errorf("process_logs following = %+v; want ping, offset 11, running", f)
+	}
+	// At the end, a follow returns the exit code.
+	call(t, cs, "send_input", map[string]any{"sandbox": id, "tag": "srv", "input": "exit 2\n"}, nil)
+	call(t, cs, "process_logs", map[string]any{"sandbox": id, "tag": "srv", "since_stdout_bytes": 11, "follow_seconds": MaxFollow}, &f)
+	if f.Stdout != "exit 2\n" || f.StdoutBytes != 18 {
+		t.Errorf("process_logs to the end = %+v; want the last line, offset 18", f)
+	}
+	call(t, cs, "process_logs", map[string]any{"sandbox": id, "tag": "srv", "since_stdout_bytes": 18, "follow_seconds": MaxFollow}, &f)
+	if f.Stdout != "" || f.Running || f.ExitCode == nil || *f.ExitCode != 2 {
+		t.Errorf("process_logs after the end = %+v; want nothing new and exit code 2", f)
+	}
+
+	if msg := callErr(t, cs, "process_logs", map[string]any{"sandbox": id, "tag": "srv", "tail_lines": 1, "follow_seconds": 1}); !strings.Contains(msg, "tail_lines goes without") {
+		t.Errorf("tail_lines with follow_seconds: %q; want an error naming both", msg)
+	}
+}
+
+// MaxFollow is the follow_seconds of the tests: long, never reached when
+// the code is right.
+const MaxFollow = 300
+
+// TestProcessLogResource reads a background process's log resource and
+// subscribes to it: new output and the process's end send
+// notifications/resources/updated, after which a read has the output.
+func TestProcessLogResource(t *testing.T) {
+	d := clienttest.New()
+	ts := d.Server()
+	t.Cleanup(ts.Close)
+	c, err := client.New(client.WithHost(ts.URL), client.WithToken(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := mcpserver.New(c, mcpserver.Options{}).Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	updated := make(chan string, 16)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	}).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	if caps := cs.InitializeResult().Capabilities; caps.Resources == nil || !caps.Resources.Subscribe {
+		t.Fatalf("server capabilities = %+v; want resource subscriptions", caps.Resources)
+	}
+
+	id := create(t, cs, nil).ID
+	var p struct{ PID uint32 }
+	call(t, cs, "start_process", map[string]any{"sandbox": id, "args": []any{"bg", "hello"}, "tag": "srv", "open_stdin": true}, &p)
+	uri := fmt.Sprintf("corral://sandboxes/%s/processes/%d/log", id, p.PID)
+	read := func() logsResult {
+		t.Helper()
+		res, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			t.Fatalf("ReadResource(%s): %v", uri, err)
+		}
+		var l logsResult
+		if err := json.Unmarshal([]byte(res.Contents[0].Text), &l); err != nil || res.Contents[0].MIMEType != "application/json" {
+			t.Fatalf("log resource %s %q: %v", res.Contents[0].MIMEType, res.Contents[0].Text, err)
+		}
+		return l
+	}
+	if l := read(); l.Stdout != "hello\n" || !l.Running {
+		t.Errorf("log resource = %+v; want hello, running", l)
+	}
+
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	// The follow may start after this input: then its output is in the
+	// read, and the end below still notifies.
+	call(t, cs, "send_input", map[string]any{"sandbox": id, "tag": "srv", "input": "ping\nexit 0\n"}, nil)
+	if got := <-updated; got != uri {
+		t.Errorf("updated %q; want %q", got, uri)
+	}
+	call(t, cs, "wait_process", map[string]any{"sandbox": id, "tag": "srv"}, nil)
+	if l := read(); l.Stdout != "hello\nping\nexit 0\n" {
+		t.Errorf("log resource after the update = %+v; want the new output", l)
+	}
+	if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "corral://sandboxes/" + id + "/processes/99999/log"}); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("ReadResource of an unknown process: %v; want resource not found", err)
 	}
 }
