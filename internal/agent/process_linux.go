@@ -481,7 +481,10 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.Co
 		stream.ResponseHeader().Set(oomKillsHeader, strconv.FormatUint(n, 10))
 	}
 	follow := req.Msg.Follow == nil || req.Msg.GetFollow()
-	replay, sub, end := p.attach(req.Msg.GetReplay(), int(req.Msg.GetTailLines()), follow)
+	replay, first, sub, end := p.attach(req.Msg.GetReplay(), int(req.Msg.GetTailLines()), req.Msg.GetFromOffset(), follow)
+	if req.Msg.GetReplay() && req.Msg.GetTailLines() == 0 {
+		stream.ResponseHeader().Set(outputOffsetHeader, strconv.FormatUint(first, 10))
+	}
 	return streamEvents(ctx, p, replay, sub, end, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: ev})
 	})
