@@ -122,7 +122,9 @@ type LogsOptions struct {
 
 // Logs writes the output of the command p selects from its start: the agent
 // keeps the last 1 MiB of each command's (by default; see
-// Process.OutputDroppedBytes), running or ended recently. The result is how
+// Process.OutputDroppedBytes), running or ended recently, and with the
+// daemon's [output_log] on, the start it dropped comes from the daemon's
+// log file of the command. The result is how
 // the command ended, or nil when it still runs (without Follow, Logs
 // returns once the kept output is written). errdefs.ErrNotFound when no
 // command matches.
@@ -146,10 +148,11 @@ func (s *Sandbox) Logs(ctx context.Context, p ProcessSelector, opts LogsOptions)
 		return nil, fromConnect(ctx, err)
 	}
 	defer stream.Close()
+	ls := &logFileStream{ctx: ctx, s: s, stream: stream}
 	if opts.Follow {
-		return receiveOutput(ctx, stream, p.PID, opts.Stdout, opts.Stderr, cancel, s.goneError(parent))
+		return receiveOutput(ctx, ls, p.PID, opts.Stdout, opts.Stderr, cancel, s.goneError(parent))
 	}
-	res, err := receiveOutput(ctx, stream, p.PID, opts.Stdout, opts.Stderr, cancel, func(err error) error { return err })
+	res, err := receiveOutput(ctx, ls, p.PID, opts.Stdout, opts.Stderr, cancel, func(err error) error { return err })
 	var ne *noEndError
 	if errors.As(err, &ne) {
 		return nil, nil // the replay of a running command ended

@@ -59,7 +59,17 @@ const Dir = "logs"
 type Chunk struct {
 	Kind Kind
 	Data []byte
+	// Offset is the output offset of Data (set by Read).
+	Offset uint64
 }
+
+// Defaults and bounds of Config.
+const (
+	DefaultMaxBytesPerProcess = 8 << 20
+	DefaultMaxBytesPerBox     = 64 << 20
+	// MinMaxBytes is the least MaxBytesPerProcess.
+	MinMaxBytes = 64 << 10
+)
 
 // Config bounds the files.
 type Config struct {
@@ -95,9 +105,9 @@ type file struct {
 
 // New returns a Store.
 func New(cfg Config) (*Store, error) {
-	if cfg.MaxBytesPerProcess < 2*(headerLen+startLen)+2 || cfg.MaxBytesPerBox < cfg.MaxBytesPerProcess {
-		return nil, fmt.Errorf("proclog: max bytes per process %d must be at least 50 and at most max bytes per box %d: %w",
-			cfg.MaxBytesPerProcess, cfg.MaxBytesPerBox, errdefs.ErrInvalidArgument)
+	if cfg.MaxBytesPerProcess < MinMaxBytes || cfg.MaxBytesPerBox < cfg.MaxBytesPerProcess {
+		return nil, fmt.Errorf("proclog: max bytes per process %d must be at least %d and at most max bytes per box %d: %w",
+			cfg.MaxBytesPerProcess, MinMaxBytes, cfg.MaxBytesPerBox, errdefs.ErrInvalidArgument)
 	}
 	return &Store{cfg: cfg, boxes: map[string]*box{}}, nil
 }
@@ -443,6 +453,7 @@ func (s *Store) Read(dir string, pid uint32, to uint64, fn func(Chunk) error) (s
 			c.Data = c.Data[:to-off]
 		}
 		pos = off + uint64(len(c.Data))
+		c.Offset = off
 		return fn(c)
 	}
 	cur, err := scan(p)

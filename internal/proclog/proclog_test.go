@@ -64,10 +64,10 @@ func TestWriteRead(t *testing.T) {
 			t.Fatalf("Write(%d) = %v", first, err)
 		}
 	}
-	w(0, Chunk{Stdout, []byte("hello ")}, Chunk{Stderr, []byte("oops ")})
-	w(6, Chunk{Stderr, []byte("oops again ")}) // overlaps: "oops " is kept
-	w(22, Chunk{Stdout, []byte("world")})
-	w(30, Chunk{Stdout, []byte("!")}) // 3 bytes lost before it
+	w(0, Chunk{Kind: Stdout, Data: []byte("hello ")}, Chunk{Kind: Stderr, Data: []byte("oops ")})
+	w(6, Chunk{Kind: Stderr, Data: []byte("oops again ")}) // overlaps: "oops " is kept
+	w(22, Chunk{Kind: Stdout, Data: []byte("world")})
+	w(30, Chunk{Kind: Stdout, Data: []byte("!")}) // 3 bytes lost before it
 	if got := s.Next(dir, 7, 1000); got != 31 {
 		t.Errorf("Next = %d; want 31", got)
 	}
@@ -86,14 +86,14 @@ func TestWriteRead(t *testing.T) {
 	if got := s2.Next(dir, 7, 1000); got != 31 {
 		t.Errorf("Next after a restart = %d; want 31", got)
 	}
-	if err := s2.Write(dir, 7, 1000, 31, []Chunk{{Stdout, []byte("?")}}); err != nil {
+	if err := s2.Write(dir, 7, 1000, 31, []Chunk{{Kind: Stdout, Data: []byte("?")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, all, _ := read(t, s2, dir, 7, 0); all != "hello oops again world!?" {
 		t.Errorf("Read after a restart = %q", all)
 	}
 	// Another process with the same pid replaces the files.
-	if err := s2.Write(dir, 7, 3000, 0, []Chunk{{Stdout, []byte("new")}}); err != nil {
+	if err := s2.Write(dir, 7, 3000, 0, []Chunk{{Kind: Stdout, Data: []byte("new")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, all, _ := read(t, s2, dir, 7, 0); all != "new" {
@@ -116,7 +116,7 @@ func TestRotation(t *testing.T) {
 			var off uint64
 			for i := 0; all.Len() < 4*perProc; i++ {
 				d := bytes.Repeat([]byte{byte('a' + i%26)}, size)
-				if err := s.Write(dir, 1, 1, off, []Chunk{{Stdout, d}}); err != nil {
+				if err := s.Write(dir, 1, 1, off, []Chunk{{Kind: Stdout, Data: d}}); err != nil {
 					t.Fatal(err)
 				}
 				all.Write(d)
@@ -151,7 +151,7 @@ func TestBoxBound(t *testing.T) {
 	for i := range 2000 {
 		pid := uint32(i%40 + 1)
 		d := bytes.Repeat([]byte("x"), 777)
-		if err := s.Write(dir, pid, 5, offs[pid], []Chunk{{Stderr, d}}); err != nil {
+		if err := s.Write(dir, pid, 5, offs[pid], []Chunk{{Kind: Stderr, Data: d}}); err != nil {
 			t.Fatal(err)
 		}
 		offs[pid] += uint64(len(d))
@@ -174,7 +174,7 @@ func TestBoxBound(t *testing.T) {
 func TestRemovedBox(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "gone")
 	s := newStore(t, 1<<20, 1<<20)
-	if err := s.Write(dir, 1, 1, 0, []Chunk{{Stdout, []byte("x")}}); err == nil {
+	if err := s.Write(dir, 1, 1, 0, []Chunk{{Kind: Stdout, Data: []byte("x")}}); err == nil {
 		t.Errorf("Write to a removed box = nil; want an error")
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
