@@ -99,6 +99,14 @@ func (d *Daemon) copyBoxOutput(ctx context.Context, addr, dir string) error {
 	if err != nil {
 		return err
 	}
+	if dropped := d.outputLog.Dropped(dir); dropped == 0 {
+		defer func() {
+			if n := d.outputLog.Dropped(dir); n > 0 {
+				log.G(ctx).Warn("output log files of a box full: its commands' further output is not kept on the host",
+					"sandbox", filepath.Base(dir), "dropped_bytes", n, "max_bytes_per_box", d.cfg.OutputLog.MaxBytesPerBox)
+			}
+		}()
+	}
 	for _, p := range procs {
 		pid, started := p.GetPid(), p.GetStartedAtMs()
 		next := d.outputLog.Next(dir, pid, started)
