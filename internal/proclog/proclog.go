@@ -373,12 +373,17 @@ type fileState struct {
 // scan reads the file at p, calling fn (when not nil) with each chunk of
 // output and its offset.
 func scan(p string, fns ...func(off uint64, c Chunk) error) (fileState, error) {
-	st := fileState{started: -1}
 	fd, err := os.Open(p)
 	if err != nil {
-		return st, err
+		return fileState{started: -1}, err
 	}
 	defer fd.Close()
+	return scanFile(fd, p, fns...)
+}
+
+// scanFile is scan of the open file fd, named p.
+func scanFile(fd io.Reader, p string, fns ...func(off uint64, c Chunk) error) (fileState, error) {
+	st := fileState{started: -1}
 	r := bufio.NewReader(fd)
 	var hdr [headerLen]byte
 	for first := true; ; first = false {
@@ -432,12 +437,52 @@ func nilIf(cond bool, err error) error {
 // Read calls fn with the output of process pid kept in the files of box
 // state directory dir, oldest first, up to output offset to (0: all of
 // it), and returns the offset of the first byte kept.
-// errdefs.ErrNotFound when there is no file.
+// errdefs.ErrNotFound when there is no file. The files are opened under
+// the Store's lock (a rotation then renames them under Read, which reads
+// on) and read without it: a slow reader holds up no copy.
 func (s *Store) Read(dir string, pid uint32, to uint64, fn func(Chunk) error) (start uint64, err error) {
-	s.mu.Lock() // not while Write rotates
-	defer s.mu.Unlock()
 	p := Path(dir, pid)
-	var pos uint64
+	s.mu.Lock()
+	cur, errCur := os.Open(p)
+	old, errOld := os.Open(p + ".1")
+	s.mu.Unlock()
+	for _, fd := range []*os.File{cur, old} {
+		if fd != nil {
+			defer fd.Close()
+		}
+	}
+	if errCur != nil && !errors.Is(errCur, fs.ErrNotExist) {
+		return 0, fmt.Errorf("output log: %w", errCur)
+	}
+	if errOld != nil && !errors.Is(errOld, fs.ErrNotExist) {
+		return 0, fmt.Errorf("output log: %w", errOld)
+	}
+	// Which files, and where they start: the .1 file counts only when it
+	// is of the same process.
+	var files []*os.File
+	var names []string
+	var curSt fileState
+	if cur != nil {
+		if curSt, err = scanFile(cur, p); err != nil {
+			return 0, err
+		}
+		start = curSt.start
+		files, names = []*os.File{cur}, []string{p}
+	}
+	if old != nil {
+		st, err := scanFile(old, p+".1")
+		if err != nil {
+			return 0, err
+		}
+		if cur == nil || st.started == curSt.started {
+			start = st.start
+			files, names = append([]*os.File{old}, files...), append([]string{p + ".1"}, names...)
+		}
+	}
+	if len(files) == 0 {
+		return 0, fmt.Errorf("output log of pid %d: %w", pid, errdefs.ErrNotFound)
+	}
+	pos := start
 	emit := func(off uint64, c Chunk) error {
 		if off < pos {
 			if off+uint64(len(c.Data)) <= pos {
@@ -456,25 +501,11 @@ func (s *Store) Read(dir string, pid uint32, to uint64, fn func(Chunk) error) (s
 		c.Offset = off
 		return fn(c)
 	}
-	cur, err := scan(p)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, err
-	}
-	names := []string{p}
-	if errors.Is(err, fs.ErrNotExist) {
-		names = nil
-	}
-	// The .1 file counts only when it is of the same process.
-	if old, err := scan(p + ".1"); err == nil && (names == nil || old.started == cur.started) {
-		names, cur = append([]string{p + ".1"}, names...), old
-	}
-	if len(names) == 0 {
-		return 0, fmt.Errorf("output log of pid %d: %w", pid, errdefs.ErrNotFound)
-	}
-	start = cur.start
-	pos = start
-	for _, name := range names {
-		if _, err := scan(name, emit); err != nil {
+	for i, fd := range files {
+		if _, err := fd.Seek(0, io.SeekStart); err != nil {
+			return 0, fmt.Errorf("output log: %w", err)
+		}
+		if _, err := scanFile(fd, names[i], emit); err != nil {
 			return 0, err
 		}
 	}
