@@ -54,6 +54,35 @@ func (l *logFileStream) Msg() *pb.ConnectResponse { return l.msg }
 
 func (l *logFileStream) Err() error { return l.stream.Err() }
 
+// logFile writes the output of the command p selects from the daemon's
+// log file, and reports whether there was one: for a command the agent no
+// longer knows, by pid (a tag is the agent's).
+func (s *Sandbox) logFile(ctx context.Context, p ProcessSelector, opts LogsOptions) bool {
+	if p.PID == 0 || opts.Tail > 0 {
+		return false
+	}
+	evs, ok := s.readLogFile(ctx, p.PID, 0)
+	if !ok {
+		return false
+	}
+	stdout, stderr := opts.Stdout, opts.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	for _, ev := range evs {
+		d := ev.GetEvent().GetData()
+		if b := d.GetStderr(); b != nil {
+			_, _ = stderr.Write(b)
+		} else {
+			_, _ = stdout.Write(d.GetStdout())
+		}
+	}
+	return true
+}
+
 // fromFile returns the output of pid before the agent's replay, from the
 // daemon's log file: none when the agent has it all, or there is no file
 // (the log files are off, or the command printed nothing yet then).
@@ -62,10 +91,17 @@ func (l *logFileStream) fromFile(pid uint32) []*pb.ConnectResponse {
 	if err != nil || to == 0 {
 		return nil
 	}
-	path := sandboxPath(l.s.id) + "/processes/" + strconv.FormatUint(uint64(pid), 10) + "/log?to=" + strconv.FormatUint(to, 10)
-	resp, err := l.s.c.send(l.ctx, "GET", path, nil, multiplexedStream)
+	evs, _ := l.s.readLogFile(l.ctx, pid, to)
+	return evs
+}
+
+// readLogFile reads the daemon's log file of pid up to output offset to
+// (0: all of it) as data events, and reports whether there was one.
+func (s *Sandbox) readLogFile(ctx context.Context, pid uint32, to uint64) ([]*pb.ConnectResponse, bool) {
+	path := sandboxPath(s.id) + "/processes/" + strconv.FormatUint(uint64(pid), 10) + "/log?to=" + strconv.FormatUint(to, 10)
+	resp, err := s.c.send(ctx, "GET", path, nil, multiplexedStream)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	defer resp.Body.Close()
 	var out []*pb.ConnectResponse
@@ -73,11 +109,11 @@ func (l *logFileStream) fromFile(pid uint32) []*pb.ConnectResponse {
 	var hdr [8]byte
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return out
+			return out, true
 		}
 		data := make([]byte, binary.BigEndian.Uint32(hdr[4:]))
 		if _, err := io.ReadFull(r, data); err != nil {
-			return out
+			return out, true
 		}
 		d := &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: data}}
 		if hdr[0] == 2 {

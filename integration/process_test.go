@@ -133,6 +133,13 @@ i=0; while [ $i -lt 20000 ]; do echo "line $i of the flood"; i=$((i+1)); done; e
 	if out, _, _ := d.corral("logs", "--tail", "100000", id, "flood"); strings.HasPrefix(out, "START\n") {
 		t.Errorf("logs --tail (the ring only) starts with START; want the ring wrapped")
 	}
+	// A filesystem-only suspend restarts the agent, which forgets the
+	// command: its output by pid is the log file's.
+	d.must("suspend", "--filesystem-only", id)
+	d.must("resume", id)
+	if out, errOut, err := d.corral("logs", id, pid); err != nil || !strings.HasPrefix(out, "START\n") || errOut != "err-start\n" {
+		t.Errorf("logs %s after the agent restarted = %d bytes (%.40q), %q, %v; want the log file's", pid, len(out), out, errOut, err)
+	}
 	if diff := d.must("diff", id); strings.Contains(diff, ".log") {
 		t.Errorf("diff = %q; want the log file out of the box", diff)
 	}
