@@ -305,3 +305,32 @@ func TestReplayFromOffset(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayFromOffsetCollectsNoEnd: the daemon's copy of an ended
+// command's output (a replay from an offset) does not count as a client
+// learning how it ended, which keeps the agent from exiting when idle.
+func TestReplayFromOffsetCollectsNoEnd(t *testing.T) {
+	c, s := startAgentServer(t, Config{})
+	pid := startDetached(t, c, sh("echo hi"))
+	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+	for {
+		r, err := connectAll(t, c, &pb.ConnectRequest{Process: sel, Replay: proto.Bool(true), Follow: proto.Bool(false), FromOffset: proto.Uint64(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.end != nil {
+			if r.stdout.String() != "hi\n" {
+				t.Errorf("replay from 0 = %q; want %q", r.stdout.String(), "hi\n")
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !s.busy() {
+		t.Fatal("busy() = false after a replay from an offset; want true, the end not collected")
+	}
+	waitEnded(t, c, sel) // as corral wait
+	if s.busy() {
+		t.Error("busy() = true after a client got the end; want false")
+	}
+}

@@ -1283,7 +1283,9 @@ type ConnectRequest struct {
 	// Corral extension: with replay (and no tail_lines), only the output
 	// from this byte offset of the command's output on (0 = all of it). The
 	// response header Corral-Output-Offset gives the offset of the first
-	// byte replayed: larger when the agent no longer holds those bytes.
+	// byte replayed: larger when the agent no longer holds those bytes. A
+	// stream with from_offset set (the daemon's copy into its log files)
+	// does not count as a client collecting the end of the command.
 	FromOffset    *uint64 `protobuf:"varint,103,opt,name=from_offset,json=fromOffset,proto3,oneof" json:"from_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
