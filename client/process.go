@@ -122,7 +122,12 @@ type LogsOptions struct {
 
 // Logs writes the output of the command p selects from its start: the agent
 // keeps the last 1 MiB of each command's (by default; see
-// Process.OutputDroppedBytes), running or ended recently. The result is how
+// Process.OutputDroppedBytes), running or ended recently, and with the
+// daemon's [output_log] on, the start it dropped comes from the daemon's
+// log file of the command. A command the agent no longer knows (it ended
+// long ago, or the agent restarted) but that has a log file, selected by
+// pid, has the file's output and a nil result (how it ended is not
+// known). The result is how
 // the command ended, or nil when it still runs (without Follow, Logs
 // returns once the kept output is written). errdefs.ErrNotFound when no
 // command matches.
@@ -146,10 +151,18 @@ func (s *Sandbox) Logs(ctx context.Context, p ProcessSelector, opts LogsOptions)
 		return nil, fromConnect(ctx, err)
 	}
 	defer stream.Close()
+	ls := &logFileStream{ctx: ctx, s: s, stream: stream}
 	if opts.Follow {
-		return receiveOutput(ctx, stream, p.PID, opts.Stdout, opts.Stderr, cancel, s.goneError(parent))
+		res, err := receiveOutput(ctx, ls, p.PID, opts.Stdout, opts.Stderr, cancel, s.goneError(parent))
+		if errdefs.IsNotFound(err) && !ls.checked && s.logFile(ctx, p, opts) {
+			return nil, nil
+		}
+		return res, err
 	}
-	res, err := receiveOutput(ctx, stream, p.PID, opts.Stdout, opts.Stderr, cancel, func(err error) error { return err })
+	res, err := receiveOutput(ctx, ls, p.PID, opts.Stdout, opts.Stderr, cancel, func(err error) error { return err })
+	if errdefs.IsNotFound(err) && !ls.checked && s.logFile(ctx, p, opts) {
+		return nil, nil // the agent forgot the command; the log file has its output
+	}
 	var ne *noEndError
 	if errors.As(err, &ne) {
 		return nil, nil // the replay of a running command ended

@@ -3,6 +3,11 @@
 package integration
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +92,59 @@ func TestIdleTimeoutBusyBox(t *testing.T) {
 			t.Fatalf("the box is %s long after its command was killed; want suspended", state(busy))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestOutputLogFile: with [output_log] on, a detached command that prints
+// more than the agent's ring holds still shows its start in corral logs,
+// from the daemon's log file on the host, which goes with the box.
+func TestOutputLogFile(t *testing.T) {
+	const ring = 64 << 10
+	d := startDaemonWith(t, func(cfg *string, _ string) {
+		*cfg += fmt.Sprintf("output_buffer = %d\n[output_log]\nenabled = true\nmax_bytes_per_process = %d\n", ring, 4<<20)
+	})
+	id := d.create()
+	// The start, then (once the test saw it copied) far more than the
+	// ring holds.
+	script := `echo START; echo err-start >&2; until [ -e /tmp/go ]; do sleep 0.1; done
+i=0; while [ $i -lt 20000 ]; do echo "line $i of the flood"; i=$((i+1)); done; echo END`
+	pid := strings.TrimSpace(d.must("exec", "-d", "--tag", "flood", id, "--", "sh", "-c", script))
+	file := filepath.Join(d.root, "sandboxes", id, "logs", pid+".log")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, _ := os.ReadFile(file)
+		if bytes.Contains(b, []byte("START\n")) && bytes.Contains(b, []byte("err-start\n")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log file %s = %q; want the start copied", file, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.must("exec", id, "--", "touch", "/tmp/go")
+	if _, _, err := d.corral("wait", id, "flood"); err != nil {
+		t.Fatalf("wait = %v", err)
+	}
+	out, errOut, err := d.corral("logs", id, "flood")
+	if err != nil || !strings.HasPrefix(out, "START\n") || !strings.HasSuffix(out, "line 19999 of the flood\nEND\n") || errOut != "err-start\n" {
+		t.Errorf("logs = %d bytes (%.40q...%.40q), %q, %v; want from START to END and the stderr", len(out), out, out[max(len(out)-40, 0):], errOut, err)
+	}
+	// Without the file, the ring no longer has the start.
+	if out, _, _ := d.corral("logs", "--tail", "100000", id, "flood"); strings.HasPrefix(out, "START\n") {
+		t.Errorf("logs --tail (the ring only) starts with START; want the ring wrapped")
+	}
+	// A filesystem-only suspend restarts the agent, which forgets the
+	// command: its output by pid is the log file's.
+	d.must("suspend", "--filesystem-only", id)
+	d.must("resume", id)
+	if out, errOut, err := d.corral("logs", id, pid); err != nil || !strings.HasPrefix(out, "START\n") || errOut != "err-start\n" {
+		t.Errorf("logs %s after the agent restarted = %d bytes (%.40q), %q, %v; want the log file's", pid, len(out), out, errOut, err)
+	}
+	if diff := d.must("diff", id); strings.Contains(diff, ".log") {
+		t.Errorf("diff = %q; want the log file out of the box", diff)
+	}
+	d.must("rm", "-f", id)
+	if _, err := os.Stat(filepath.Join(d.root, "sandboxes", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Stat(box state) after rm = %v; want not exist", err)
 	}
 }

@@ -19,6 +19,13 @@ import (
 // startAgent serves an agent on a fresh unix socket for the test's lifetime.
 func startAgent(t testing.TB, cfg Config) *agentclient.Client {
 	t.Helper()
+	c, _ := startAgentServer(t, cfg)
+	return c
+}
+
+// startAgentServer is startAgent that also returns the agent.
+func startAgentServer(t testing.TB, cfg Config) (*agentclient.Client, *Server) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(testutil.Context(t)))
 	dir, err := os.MkdirTemp("", "agent")
 	if err != nil {
@@ -48,7 +55,7 @@ func startAgent(t testing.TB, cfg Config) *agentclient.Client {
 	if err := c.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, s
 }
 
 // result is everything a Start stream produced.

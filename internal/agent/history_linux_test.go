@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,5 +258,79 @@ func TestUncollectedKeepsAgent(t *testing.T) {
 	p.markCollected()
 	if s.busy() {
 		t.Error("busy() = true once its end was collected; want false")
+	}
+}
+
+// TestReplayFromOffset: a replay from an output offset on starts there,
+// and the Corral-Output-Offset header says where the replay starts, past
+// what the ring dropped.
+func TestReplayFromOffset(t *testing.T) {
+	c := startAgent(t, Config{OutputBuffer: 4096})
+	pid := startDetached(t, c, sh("echo one; echo two >&2; i=0; while [ $i -lt 2000 ]; do echo 0123456789; i=$((i+1)); done"))
+	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+	waitEnded(t, c, sel)
+	const total = 8 + 2000*11
+	tests := []struct {
+		name      string
+		from      uint64
+		wantFirst func(uint64) bool
+		want      string
+	}{
+		{name: "dropped", from: 4, wantFirst: func(n uint64) bool { return n > 4 && n < total }},
+		{name: "held", from: total - 22, wantFirst: func(n uint64) bool { return n == total-22 }, want: "0123456789\n0123456789\n"},
+		{name: "the end", from: total, wantFirst: func(n uint64) bool { return n == total }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stream, err := c.Process.Connect(t.Context(), connect.NewRequest(&pb.ConnectRequest{Process: sel, Replay: proto.Bool(true), Follow: proto.Bool(false), FromOffset: proto.Uint64(tc.from)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			var out strings.Builder
+			for stream.Receive() {
+				out.Write(stream.Msg().GetEvent().GetData().GetStdout())
+				out.Write(stream.Msg().GetEvent().GetData().GetStderr())
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			first, err := strconv.ParseUint(stream.ResponseHeader().Get(outputOffsetHeader), 10, 64)
+			if err != nil || !tc.wantFirst(first) {
+				t.Fatalf("%s = %d, %v; want the first offset replayed", outputOffsetHeader, first, err)
+			}
+			if got := out.String(); uint64(len(got)) != total-first || (tc.want != "" && got != tc.want) {
+				t.Errorf("replay from %d = %d bytes; want the %d from %d (%q)", tc.from, len(got), total-first, first, tc.want)
+			}
+		})
+	}
+}
+
+// TestReplayFromOffsetCollectsNoEnd: the daemon's copy of an ended
+// command's output (a replay from an offset) does not count as a client
+// learning how it ended, which keeps the agent from exiting when idle.
+func TestReplayFromOffsetCollectsNoEnd(t *testing.T) {
+	c, s := startAgentServer(t, Config{})
+	pid := startDetached(t, c, sh("echo hi"))
+	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+	for {
+		r, err := connectAll(t, c, &pb.ConnectRequest{Process: sel, Replay: proto.Bool(true), Follow: proto.Bool(false), FromOffset: proto.Uint64(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.end != nil {
+			if r.stdout.String() != "hi\n" {
+				t.Errorf("replay from 0 = %q; want %q", r.stdout.String(), "hi\n")
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !s.busy() {
+		t.Fatal("busy() = false after a replay from an offset; want true, the end not collected")
+	}
+	waitEnded(t, c, sel) // as corral wait
+	if s.busy() {
+		t.Error("busy() = true after a client got the end; want false")
 	}
 }

@@ -262,3 +262,8 @@ func (s *stateFile) get() agentState {
 	defer s.mu.Unlock()
 	return s.st
 }
+
+// outputOffsetHeader is the response header of a Connect with replay (and
+// no tail) that gives the offset of the first byte replayed
+// (ConnectRequest.from_offset): the daemon's output log files resume there.
+const outputOffsetHeader = "Corral-Output-Offset"

@@ -212,7 +212,7 @@ func TestHeaderNames(t *testing.T) {
 	if restartsHeader != agentclient.RestartsHeader || failureHeader != agentclient.FailureHeader {
 		t.Errorf("agent restart headers %q, %q; daemon's %q, %q", restartsHeader, failureHeader, agentclient.RestartsHeader, agentclient.FailureHeader)
 	}
-	if warmUpHeader != agentclient.WarmUpHeader || stoppingHeader != agentclient.StoppingHeader || oomKillsHeader != agentclient.OOMKillsHeader {
+	if warmUpHeader != agentclient.WarmUpHeader || stoppingHeader != agentclient.StoppingHeader || oomKillsHeader != agentclient.OOMKillsHeader || outputOffsetHeader != agentclient.OutputOffsetHeader {
 		t.Errorf("agent headers %q, %q, %q; daemon's %q, %q, %q", warmUpHeader, stoppingHeader, oomKillsHeader,
 			agentclient.WarmUpHeader, agentclient.StoppingHeader, agentclient.OOMKillsHeader)
 	}

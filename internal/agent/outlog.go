@@ -124,3 +124,26 @@ func (l *outputLog) memory() int {
 	}
 	return l.size
 }
+
+// from returns the captured output from byte offset off of the command's
+// output on, and the offset of its first byte: larger than off when the
+// log no longer holds those bytes (dropped from the start).
+func (l *outputLog) from(off uint64) ([]outChunk, uint64) {
+	if l == nil {
+		return nil, off
+	}
+	start := l.dropped
+	if off <= start {
+		return append([]outChunk(nil), l.chunks...), start
+	}
+	pos := start
+	for i, c := range l.chunks {
+		end := pos + uint64(len(c.data))
+		if off < end {
+			out := []outChunk{{kind: c.kind, data: c.data[off-pos:]}}
+			return append(out, l.chunks[i+1:]...), off
+		}
+		pos = end
+	}
+	return nil, pos
+}

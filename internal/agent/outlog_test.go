@@ -108,3 +108,38 @@ func TestOutputLogSnapshotIsStable(t *testing.T) {
 		t.Error("a nil log is not empty")
 	}
 }
+
+func TestOutputLogFrom(t *testing.T) {
+	l := newOutputLog(8 << 10)
+	var all bytes.Buffer
+	for i := range 3000 {
+		line := []byte(strings.Repeat("b", i%5) + "\n")
+		all.Write(line)
+		l.add(outKind(i%2), line)
+	}
+	held, dropped := l.held()
+	total := held + dropped
+	tests := []struct {
+		name      string
+		off       uint64
+		wantFirst uint64
+	}{
+		{name: "from the start", off: 0, wantFirst: dropped},
+		{name: "dropped bytes", off: dropped / 2, wantFirst: dropped},
+		{name: "first held", off: dropped, wantFirst: dropped},
+		{name: "mid-chunk", off: dropped + held/2 + 1, wantFirst: dropped + held/2 + 1},
+		{name: "the end", off: total, wantFirst: total},
+		{name: "past the end", off: total + 10, wantFirst: total},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, first := l.from(tc.off)
+			if first != tc.wantFirst {
+				t.Fatalf("from(%d) first = %d; want %d", tc.off, first, tc.wantFirst)
+			}
+			if got, want := joined(cs), all.String()[min(first, total):]; got != want {
+				t.Errorf("from(%d) = %d bytes; want the %d from %d", tc.off, len(got), len(want), first)
+			}
+		})
+	}
+}

@@ -104,22 +104,28 @@ func (p *proc) unsubscribe(s *subscriber) {
 // ended, else, when follow is set, a subscriber for the live output.
 // Output is kept and subscribers are taken under one lock, so the replay
 // and the live output neither overlap nor leave a gap.
-func (p *proc) attach(replay bool, tail int, follow bool) ([]outChunk, *subscriber, *pb.ProcessEvent_EndEvent) {
+//
+// With replay and no tail, only the output from byte offset from on is
+// replayed; first is the offset of its first byte (see outputLog.from).
+func (p *proc) attach(replay bool, tail int, from uint64, follow bool) (chunks []outChunk, first uint64, sub *subscriber, end *pb.ProcessEvent_EndEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var chunks []outChunk
 	if replay {
-		chunks = p.out.snapshot(tail)
+		if tail > 0 {
+			chunks = p.out.snapshot(tail)
+		} else {
+			chunks, first = p.out.from(from)
+		}
 	}
 	if p.ended {
-		return chunks, nil, p.end
+		return chunks, first, nil, p.end
 	}
 	if !follow {
-		return chunks, nil, nil
+		return chunks, first, nil, nil
 	}
 	s := &subscriber{ch: make(chan *pb.ProcessEvent, 16), done: make(chan struct{})}
 	p.subs = append(p.subs, s)
-	return chunks, s, nil
+	return chunks, first, s, nil
 }
 
 // markCollected records that a client received the end event.

@@ -289,7 +289,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		stream.ResponseHeader().Set(oomKillsHeader, strconv.FormatUint(p.oomBefore, 10))
 	}
 
-	return streamEvents(ctx, p, nil, sub, nil, func(ev *pb.ProcessEvent) error {
+	return streamEvents(ctx, p, nil, sub, nil, true, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
 }
@@ -330,7 +330,11 @@ func checkExec(path string, argv, env []string, envs map[string]string) error {
 // (a command that ended) or every event of sub until the end event or until
 // the client goes away (the command keeps running). With neither, the
 // stream ends after the replay.
-func streamEvents(ctx context.Context, p *proc, replay []outChunk, sub *subscriber, end *pb.ProcessEvent_EndEvent, send func(*pb.ProcessEvent) error) error {
+//
+// Without collect, the end event sent does not count as collected (the
+// daemon's copy of the output, which must not let the agent exit when
+// idle before a client learned how the command ended).
+func streamEvents(ctx context.Context, p *proc, replay []outChunk, sub *subscriber, end *pb.ProcessEvent_EndEvent, collect bool, send func(*pb.ProcessEvent) error) error {
 	if sub != nil {
 		defer p.unsubscribe(sub)
 	}
@@ -346,7 +350,9 @@ func streamEvents(ctx context.Context, p *proc, replay []outChunk, sub *subscrib
 		if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}); err != nil {
 			return err
 		}
-		p.markCollected()
+		if collect {
+			p.markCollected()
+		}
 		return nil
 	}
 	if sub == nil {
@@ -363,7 +369,7 @@ func streamEvents(ctx context.Context, p *proc, replay []outChunk, sub *subscrib
 			if err := send(ev); err != nil {
 				return err
 			}
-			if ev.GetEnd() != nil {
+			if ev.GetEnd() != nil && collect {
 				p.markCollected()
 			}
 		case <-tick.C:
@@ -481,8 +487,13 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.Co
 		stream.ResponseHeader().Set(oomKillsHeader, strconv.FormatUint(n, 10))
 	}
 	follow := req.Msg.Follow == nil || req.Msg.GetFollow()
-	replay, sub, end := p.attach(req.Msg.GetReplay(), int(req.Msg.GetTailLines()), follow)
-	return streamEvents(ctx, p, replay, sub, end, func(ev *pb.ProcessEvent) error {
+	replay, first, sub, end := p.attach(req.Msg.GetReplay(), int(req.Msg.GetTailLines()), req.Msg.GetFromOffset(), follow)
+	if req.Msg.GetReplay() && req.Msg.GetTailLines() == 0 {
+		stream.ResponseHeader().Set(outputOffsetHeader, strconv.FormatUint(first, 10))
+	}
+	// A replay from an offset is the daemon's copy of the output: it
+	// collects no end.
+	return streamEvents(ctx, p, replay, sub, end, req.Msg.FromOffset == nil, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: ev})
 	})
 }

@@ -191,3 +191,9 @@ func (c *Client) health(ctx context.Context) error {
 	}
 	return nil
 }
+
+// OutputOffsetHeader is set by the agent on the answer of a Connect with
+// replay and no tail: the offset of the first byte replayed, which is
+// larger than the from_offset asked when the agent dropped those bytes.
+// The agent has its own copy of the name; a test keeps the two equal.
+const OutputOffsetHeader = "Corral-Output-Offset"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -218,3 +219,60 @@ func (p *Pool) Run(ctx context.Context, addr, cmd string) (int, error) {
 	}
 	return 0, err
 }
+
+// Output replays the output the agent at addr keeps of command pid from
+// byte offset from on (ConnectRequest.from_offset), calling fn with each
+// chunk (stderr or stdout, a terminal's output counting as stdout) and its
+// offset, and returns the offset of the first byte replayed (larger than from when
+// the agent dropped those bytes), within Config.Timeout.
+func (p *Pool) Output(ctx context.Context, addr string, pid uint32, from uint64, fn func(off uint64, stderr bool, data []byte) error) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	pc := processconnect.NewProcessClient(&http.Client{Transport: p.Transport(addr)}, baseURL)
+	stream, err := pc.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{
+		Process:    &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: pid}},
+		Replay:     ptr(true),
+		Follow:     ptr(false),
+		FromOffset: &from,
+	}))
+	if err != nil {
+		return 0, fmt.Errorf("replay the output of pid %d: %w", pid, err)
+	}
+	defer stream.Close()
+	first, off := from, from
+	for i := 0; stream.Receive(); i++ {
+		if i == 0 {
+			// The header is known once the first message arrived.
+			h := stream.ResponseHeader().Get(agentclient.OutputOffsetHeader)
+			n, err := strconv.ParseUint(h, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("replay the output of pid %d: agent's %s %q: %w", pid, agentclient.OutputOffsetHeader, h, errdefs.ErrUnavailable)
+			}
+			first, off = n, n
+		}
+		d := stream.Msg().GetEvent().GetData()
+		if d == nil {
+			continue
+		}
+		var err error
+		var b []byte
+		switch o := d.GetOutput().(type) {
+		case *processpb.ProcessEvent_DataEvent_Stdout:
+			b, err = o.Stdout, fn(off, false, o.Stdout)
+		case *processpb.ProcessEvent_DataEvent_Pty:
+			b, err = o.Pty, fn(off, false, o.Pty)
+		case *processpb.ProcessEvent_DataEvent_Stderr:
+			b, err = o.Stderr, fn(off, true, o.Stderr)
+		}
+		if err != nil {
+			return 0, err
+		}
+		off += uint64(len(b))
+	}
+	if err := stream.Err(); err != nil {
+		return 0, fmt.Errorf("replay the output of pid %d: %w", pid, err)
+	}
+	return first, nil
+}
+
+func ptr[T any](v T) *T { return &v }

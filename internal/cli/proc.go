@@ -64,8 +64,10 @@ func (a *app) logsCmd() *cobra.Command {
 		Short: "Show the output of a command in a sandbox, from its start",
 		Long: `Show the output of a command started with exec (-d or not), from its start:
 the agent keeps the last 1 MiB of each command's output (its --output-buffer),
-also for a while after the command ended. Without PID|TAG, the command
-started last. A number is a pid, anything else the
+also for a while after the command ended. With the daemon's [output_log] on,
+the start the agent dropped comes from the daemon's log file of the command,
+and a command the agent forgot is still found by its pid. Without PID|TAG,
+the command started last. A number is a pid, anything else the
 --tag given to exec. stdout and stderr go to corral's stdout and stderr.
 
 With -f, follow the output until the command ends, then exit with its exit

@@ -23,6 +23,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/httpapi"
 	"github.com/corral-sandbox/corral/internal/identifiers"
 	"github.com/corral-sandbox/corral/internal/network"
+	"github.com/corral-sandbox/corral/internal/proclog"
 	"github.com/corral-sandbox/corral/internal/runtime/oci"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/snapshot/overlay"
@@ -196,6 +197,25 @@ type Config struct {
 	// Audit configures the audit trail (corral events, corral
 	// trajectory).
 	Audit Audit `toml:"audit"`
+	// OutputLog keeps managed processes' output in log files on the
+	// host (corral logs).
+	OutputLog OutputLog `toml:"output_log"`
+}
+
+// OutputLog configures the log files of managed processes' output
+// (docs/processes.md): the daemon copies each command's new output from
+// its box's agent into <root>/sandboxes/<id>/logs, so that corral logs
+// still shows the start once the agent's ring buffer (output_buffer)
+// wrapped.
+type OutputLog struct {
+	// Enabled copies the output of every box's commands.
+	Enabled bool `toml:"enabled"`
+	// MaxBytesPerProcess bounds one command's files: the file is rotated
+	// at half of it, keeping one .1 file (the newest output is kept).
+	MaxBytesPerProcess int64 `toml:"max_bytes_per_process"`
+	// MaxBytesPerBox bounds all files of a box; output over it is
+	// dropped (counted).
+	MaxBytesPerBox int64 `toml:"max_bytes_per_box"`
 }
 
 // Audit configures the audit trail (docs/observability.md).
@@ -406,11 +426,12 @@ func DefaultConfig() Config {
 			Pids:        sandbox.DefaultPids,
 			NoFile:      oci.DefaultNoFile,
 		},
-		LogLevel: "info",
-		Network:  Network{ConnectionsPerMinute: network.DefaultConnectionsPerMinute},
-		Metrics:  Metrics{Interval: stats.DefaultInterval.String(), History: stats.DefaultHistory},
-		Alerts:   Alerts{WebhookTimeout: alerts.DefaultWebhookTimeout.String()},
-		Audit:    Audit{Enabled: true, MaxBytesPerBox: audit.DefaultMaxBytes, Retention: "24h"},
+		LogLevel:  "info",
+		Network:   Network{ConnectionsPerMinute: network.DefaultConnectionsPerMinute},
+		Metrics:   Metrics{Interval: stats.DefaultInterval.String(), History: stats.DefaultHistory},
+		Alerts:    Alerts{WebhookTimeout: alerts.DefaultWebhookTimeout.String()},
+		Audit:     Audit{Enabled: true, MaxBytesPerBox: audit.DefaultMaxBytes, Retention: "24h"},
+		OutputLog: OutputLog{MaxBytesPerProcess: proclog.DefaultMaxBytesPerProcess, MaxBytesPerBox: proclog.DefaultMaxBytesPerBox},
 	}
 }
 
@@ -543,6 +564,9 @@ func (c Config) Validate() error {
 	}
 	if c.Audit.MaxBytesPerBox < audit.MinMaxBytes {
 		return bad("audit.max_bytes_per_box %d must be at least %d", c.Audit.MaxBytesPerBox, audit.MinMaxBytes)
+	}
+	if o := c.OutputLog; o.MaxBytesPerProcess < proclog.MinMaxBytes || o.MaxBytesPerBox < o.MaxBytesPerProcess {
+		return bad("output_log.max_bytes_per_process %d must be at least %d and output_log.max_bytes_per_box %d at least as large", o.MaxBytesPerProcess, proclog.MinMaxBytes, o.MaxBytesPerBox)
 	}
 	if c.Audit.retention() < 0 {
 		return bad("audit.retention %q must be a positive duration such as \"24h\"", c.Audit.Retention)

@@ -70,6 +70,8 @@ pids = 256
 		{"alerts webhook", "version = 1\n[alerts]\nwebhook = \"http://127.0.0.1:9000/hook\"\n", ""},
 		{"alerts webhook bad", "version = 1\n[alerts]\nwebhook = \"127.0.0.1:9000\"\n", "alerts.webhook \"127.0.0.1:9000\" must be an http:// or https:// URL"},
 		{"audit bound too small", "version = 1\n[audit]\nmax_bytes_per_box = 100\n", "audit.max_bytes_per_box 100 must be at least 4096"},
+		{"output log bound too small", "version = 1\n[output_log]\nmax_bytes_per_process = 100\n", "output_log.max_bytes_per_process 100 must be at least 65536"},
+		{"output log box bound below a process's", "version = 1\n[output_log]\nmax_bytes_per_process = 1048576\nmax_bytes_per_box = 65536\n", "output_log.max_bytes_per_box 65536 at least as large"},
 		{"audit retention bad", "version = 1\n[audit]\nretention = \"forever\"\n", "audit.retention \"forever\" must be a positive duration"},
 		{"alerts webhook timeout bad", "version = 1\n[alerts]\nwebhook_timeout = \"0s\"\n", "alerts.webhook_timeout \"0s\" must be a positive duration"},
 		{"disk flush not a bool", "version = 1\ndisk_flush = \"yes\"\n", "line 2: disk_flush: got a string, want bool"},

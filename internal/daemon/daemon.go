@@ -43,6 +43,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/meta"
 	"github.com/corral-sandbox/corral/internal/netpolicy"
 	"github.com/corral-sandbox/corral/internal/network"
+	"github.com/corral-sandbox/corral/internal/proclog"
 	"github.com/corral-sandbox/corral/internal/runtime/oci"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/secrets"
@@ -89,6 +90,9 @@ type Daemon struct {
 	restarts *agentRestarts
 	// audit is the audit trail; nil when [audit] is off.
 	audit *audit.Store
+	// outputLog keeps the commands' output in files; nil when
+	// [output_log] is off.
+	outputLog *proclog.Store
 	// closers run last first in Close.
 	closers closers
 
@@ -473,6 +477,9 @@ func (d *Daemon) openManager(ctx context.Context) (func() error, error) {
 	find := boxByAgentAddr(m)
 	d.restarts.find.Store(&find)
 	d.followAudit(ctx, m)
+	if err := d.followOutput(ctx, m); err != nil {
+		return m.Close, err
+	}
 	if err := m.Recover(ctx); err != nil {
 		return m.Close, err
 	}
@@ -608,6 +615,8 @@ func (d *Daemon) newAPI(ctx context.Context) (func() error, error) {
 		Metrics: d.obs.metrics.Handler(),
 		Observe: d.obs.metrics.Observe,
 		Audit:   d.auditLog(),
+
+		OutputLog: d.outputLogAPI(),
 		Version: rest.Version{
 			Version:   version.Version,
 			GoVersion: goruntime.Version(),

@@ -178,6 +178,9 @@ type Config struct {
 	// /v1/sandboxes/{id}/trajectory read it; nil (recording off)
 	// answers 501.
 	Audit AuditLog
+	// OutputLog serves GET /v1/sandboxes/{id}/processes/{pid}/log; nil
+	// ([output_log] off) answers 501.
+	OutputLog OutputLog
 }
 
 // RouteSet is a set of handlers by ServeMux pattern.
@@ -315,6 +318,8 @@ func (s *Server) ownRoutes() map[string]http.HandlerFunc {
 		"/process.Process/{method}":              s.agentByHeader,
 		"/filesystem.Filesystem/{method}":        s.agentByHeader,
 		"/files":                                 s.agentByHeader,
+
+		"GET /v1/sandboxes/{id}/processes/{pid}/log": s.processLog,
 	}
 }
 

@@ -52,6 +52,8 @@ type fixture struct {
 	// mode.
 	e2bDomain string
 	ports     *tunnel.Forwarder
+	// outputLog, when an option sets it, serves the log files.
+	outputLog OutputLog
 }
 
 // newFixture starts the API on a real Manager with sandboxtest's fakes;
@@ -149,7 +151,7 @@ func newFixture(t *testing.T, token string, opts ...func(*fixture, *sandbox.Mana
 	s, err := New(Config{
 		Manager: m, Images: f.images, Builder: f.builder, Version: rest.Version{Version: "test", Runtimes: m.Runtimes()},
 		UploadDir: f.uploads, MaxUploadBytes: testMaxUpload, Agents: f.agents, Audit: al,
-		E2BDomain: f.e2bDomain, Ports: f.ports,
+		E2BDomain: f.e2bDomain, Ports: f.ports, OutputLog: f.outputLog,
 	})
 	if err != nil {
 		t.Fatal(err)

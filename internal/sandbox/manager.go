@@ -124,8 +124,9 @@ type ManagerConfig struct {
 	// box with its own network namespace (it names the proxy's resolver).
 	ResolvConf string
 	// StateDir holds checkpoints (memory state of suspended sandboxes and
-	// forks) and the warm pools' settings; suspend with memory state and
-	// fork --memory-state need it.
+	// forks), the warm pools' settings and a directory per box (<id>,
+	// removed with it); suspend with memory state and fork --memory-state
+	// need it.
 	StateDir string
 	// Snapshots records snapshots; nil disables them.
 	Snapshots SnapshotStore
@@ -921,6 +922,13 @@ func (m *Manager) teardown(ctx context.Context, b *box, rec Record, force bool, 
 	if m.cfg.StateDir != "" {
 		if err := os.RemoveAll(m.checkpointDir(rec.ID)); err != nil {
 			if err := fail(fmt.Errorf("remove checkpoint of %s: %w", rec.ID, err)); err != nil {
+				return err
+			}
+		}
+		// The box's own state (the daemon's log files of its commands'
+		// output).
+		if err := os.RemoveAll(filepath.Join(m.cfg.StateDir, rec.ID)); err != nil {
+			if err := fail(fmt.Errorf("remove state of %s: %w", rec.ID, err)); err != nil {
 				return err
 			}
 		}

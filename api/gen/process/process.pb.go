@@ -1279,7 +1279,14 @@ type ConnectRequest struct {
 	TailLines *uint32 `protobuf:"varint,101,opt,name=tail_lines,json=tailLines,proto3,oneof" json:"tail_lines,omitempty"`
 	// Corral extension: unset or true streams until the command ends; false
 	// ends the stream after the replay (with the end event if it ended).
-	Follow        *bool `protobuf:"varint,102,opt,name=follow,proto3,oneof" json:"follow,omitempty"`
+	Follow *bool `protobuf:"varint,102,opt,name=follow,proto3,oneof" json:"follow,omitempty"`
+	// Corral extension: with replay (and no tail_lines), only the output
+	// from this byte offset of the command's output on (0 = all of it). The
+	// response header Corral-Output-Offset gives the offset of the first
+	// byte replayed: larger when the agent no longer holds those bytes. A
+	// stream with from_offset set (the daemon's copy into its log files)
+	// does not count as a client collecting the end of the command.
+	FromOffset    *uint64 `protobuf:"varint,103,opt,name=from_offset,json=fromOffset,proto3,oneof" json:"from_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1340,6 +1347,13 @@ func (x *ConnectRequest) GetFollow() bool {
 		return *x.Follow
 	}
 	return false
+}
+
+func (x *ConnectRequest) GetFromOffset() uint64 {
+	if x != nil && x.FromOffset != nil {
+		return *x.FromOffset
+	}
+	return 0
 }
 
 // ProcessSelector names a command by pid or by the tag given at Start.
@@ -2003,16 +2017,19 @@ const file_process_process_proto_rawDesc = "" +
 	"\x12SendSignalResponse\"G\n" +
 	"\x11CloseStdinRequest\x122\n" +
 	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\"\x14\n" +
-	"\x12CloseStdinResponse\"\xc7\x01\n" +
+	"\x12CloseStdinResponse\"\xfd\x01\n" +
 	"\x0eConnectRequest\x122\n" +
 	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\x12\x1b\n" +
 	"\x06replay\x18d \x01(\bH\x00R\x06replay\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"tail_lines\x18e \x01(\rH\x01R\ttailLines\x88\x01\x01\x12\x1b\n" +
-	"\x06follow\x18f \x01(\bH\x02R\x06follow\x88\x01\x01B\t\n" +
+	"\x06follow\x18f \x01(\bH\x02R\x06follow\x88\x01\x01\x12$\n" +
+	"\vfrom_offset\x18g \x01(\x04H\x03R\n" +
+	"fromOffset\x88\x01\x01B\t\n" +
 	"\a_replayB\r\n" +
 	"\v_tail_linesB\t\n" +
-	"\a_follow\"E\n" +
+	"\a_followB\x0e\n" +
+	"\f_from_offset\"E\n" +
 	"\x0fProcessSelector\x12\x12\n" +
 	"\x03pid\x18\x01 \x01(\rH\x00R\x03pid\x12\x12\n" +
 	"\x03tag\x18\x02 \x01(\tH\x00R\x03tagB\n" +
