@@ -103,8 +103,18 @@ func TestStatsAndAlerts(t *testing.T) {
 		}
 		return string(b)
 	}
+	// The alert can come with the sampler's first sample: wait (bounded)
+	// for a second one rather than race it.
 	var hist rest.SandboxStats
-	if err := json.Unmarshal([]byte(get("/v1/sandboxes/hog/stats")), &hist); err != nil || len(hist.History) < 2 || hist.IntervalSeconds != 0.2 {
+	var err error
+	for i := 0; i < 100; i++ {
+		hist = rest.SandboxStats{}
+		if err = json.Unmarshal([]byte(get("/v1/sandboxes/hog/stats")), &hist); err != nil || len(hist.History) >= 2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || len(hist.History) < 2 || hist.IntervalSeconds != 0.2 {
 		t.Errorf("GET stats = %+v, %v; want a history of samples every 0.2 s", hist, err)
 	}
 	metrics := get("/metrics")

@@ -144,6 +144,11 @@ func TestDaemonEndToEnd(t *testing.T) {
 			if err != nil || resp.StatusCode != 204 {
 				t.Fatalf("DELETE = %v %v; want 204", resp.StatusCode, err)
 			}
+			// The daemon's own made-ahead namespaces (netns_pool_size) live
+			// until it stops: check the host once it has.
+			if err := d.Close(); err != nil {
+				t.Fatalf("Close() = %v", err)
+			}
 			assertNothingLeft(t, cfg, sb.ID)
 		})
 	}
