@@ -95,6 +95,10 @@ type Config struct {
 	DensityBoxes int
 	// DensityMemory is the memory limit of each idle sandbox (32 MiB).
 	DensityMemory int64
+	// TierDensity is how many idle boxes the tiers section starts on each
+	// of its two daemons (userns on and off) to compare their memory per
+	// box (100).
+	TierDensity int
 	// DensityPeers lists raw peers whose idle containers are measured the
 	// same way: "crun".
 	DensityPeers []string
@@ -150,6 +154,9 @@ func (cfg *Config) defaults() {
 	}
 	if cfg.DensityBoxes <= 0 {
 		cfg.DensityBoxes = 100
+	}
+	if cfg.TierDensity <= 0 {
+		cfg.TierDensity = 100
 	}
 	if cfg.DensityMemory <= 0 {
 		cfg.DensityMemory = 32 << 20

@@ -95,7 +95,7 @@ func ChartOf(rep *Report) Chart {
 			Label:  fmt.Sprintf("%s, %d idle", d.Name, cmp.Or(d.Running, d.Boxes)),
 			Value:  float64(d.PerBox) / (1 << 20),
 			Text:   mib(d.PerBox),
-			Corral: d.Name == "corral",
+			Corral: strings.HasPrefix(d.Name, "corral"),
 		}
 		if d.Running == 0 {
 			b.Note = shortErr(d.Err)
@@ -112,7 +112,7 @@ func ChartOf(rep *Report) Chart {
 			Label:  fmt.Sprintf("%s, %d removed", d.Name, d.Running),
 			Value:  100 * d.Returned,
 			Text:   fmt.Sprintf("%.0f%%", 100*d.Returned),
-			Corral: d.Name == "corral",
+			Corral: strings.HasPrefix(d.Name, "corral"),
 		})
 	}
 	if p := rep.density("crun"); p != nil && p.Returned > 0 {

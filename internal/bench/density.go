@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corral-sandbox/corral/api/rest"
 	"github.com/corral-sandbox/corral/client"
 )
 
@@ -31,7 +32,8 @@ var MeminfoFields = []string{
 // Density is the host memory taken by idle sandboxes (or by a peer's idle
 // containers). Memory figures are bytes.
 type Density struct {
-	// Name is "corral" or a peer's name.
+	// Name is "corral", "corral, userns on" or "off" (the tiers section)
+	// or a peer's name.
 	Name string `json:"name"`
 	// Boxes were asked for; Running were started and counted.
 	Boxes       int   `json:"boxes"`
@@ -543,33 +545,10 @@ func sleep(ctx context.Context, d time.Duration) {
 // density measures Corral's idle sandboxes and each density peer's idle
 // containers.
 func (r *run) density(ctx context.Context) {
-	c := r.cfg.Client
 	n := r.cfg.DensityBoxes
 	r.progress("corral density: starting %d idle boxes (memory limit %d MiB)", n, r.cfg.DensityMemory>>20)
-	req := r.createRequest()
-	req.Resources.MemoryBytes = r.cfg.DensityMemory
-	boxes := densityBoxes{
-		name: "corral",
-		start: func(ctx context.Context, _ int) (string, error) {
-			sb, err := c.CreateSandbox(ctx, req)
-			if err != nil {
-				return "", err
-			}
-			return sb.ID, nil
-		},
-		check: func(ctx context.Context, id string) error {
-			res, err := c.Sandbox(id).Exec(ctx, client.ExecOptions{Cmd: []string{"true"}})
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("true exited %d", res.ExitCode)
-			}
-			return err
-		},
-		remove: func(ctx context.Context, id string) error {
-			return c.RemoveSandbox(ctx, id, client.RemoveOptions{Force: true})
-		},
-		agentsExit: true,
-		whileIdle:  r.scrapeMetrics,
-	}
+	boxes := r.corralBoxes("corral", r.cfg.Client, r.createRequest())
+	boxes.whileIdle = r.scrapeMetrics
 	if r.cfg.DaemonSocket != "" {
 		boxes.daemonPID = listenerPID(r.cfg.DaemonSocket)
 	}
@@ -591,6 +570,30 @@ func (r *run) density(ctx context.Context) {
 			d = Density{Name: name, Boxes: n, Err: fmt.Sprintf("unknown density peer %q (want crun or runc)", name)}
 		}
 		r.rep.Density = append(r.rep.Density, d)
+	}
+}
+
+// corralBoxes are idle boxes from req of the daemon c talks to, named name
+// in the report: with the density memory limit, each asked to exec true,
+// their agents exiting when idle.
+func (r *run) corralBoxes(name string, c *client.Client, req rest.CreateSandboxRequest) densityBoxes {
+	req.Resources.MemoryBytes = r.cfg.DensityMemory
+	return densityBoxes{
+		name: name,
+		start: func(ctx context.Context, _ int) (string, error) {
+			sb, err := c.CreateSandbox(ctx, req)
+			if err != nil {
+				return "", err
+			}
+			return sb.ID, nil
+		},
+		check: func(ctx context.Context, id string) error {
+			return execTrue(ctx, c.Sandbox(id))
+		},
+		remove: func(ctx context.Context, id string) error {
+			return c.RemoveSandbox(ctx, id, client.RemoveOptions{Force: true})
+		},
+		agentsExit: true,
 	}
 }
 

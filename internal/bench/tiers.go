@@ -28,7 +28,10 @@ import (
 //   - the user namespace: the container tier's lifecycle and create+rm
 //     throughput on two daemons the bench starts for the purpose, alike
 //     but for `userns = "on"` and `userns = "off"` (the setting is the
-//     daemon's, not a box's), measured in turns.
+//     daemon's, not a box's), measured in turns; then the host memory per
+//     idle box (Config.TierDensity boxes) on each, one after the other
+//     (host memory is one figure for the whole machine), measured as the
+//     density section measures it.
 
 // GroupTiers is the group of the tiers section's results.
 const GroupTiers = "tiers"
@@ -42,13 +45,15 @@ const (
 	NameUserNSOff       = "corral create+exec+rm, userns off"
 	NameUserNSOnTP      = "corral create+rm, userns on"
 	NameUserNSOffTP     = "corral create+rm, userns off"
+	NameUserNSOnIdle    = "corral, userns on"  // density series
+	NameUserNSOffIdle   = "corral, userns off" // density series
 )
 
 // Goals of the tiers section (issue 23), as ratios.
 const (
 	GoalGVisorLifecycle = 1.2  // gvisor lifecycle / raw runsc run
 	GoalGVisorExec      = 3.0  // gvisor exec round trip / container tier's
-	GoalUserNS          = 1.10 // userns on / off: lifecycle time, throughput
+	GoalUserNS          = 1.10 // userns on / off: lifecycle time, throughput, memory per idle box
 )
 
 // TierRatio is one verdict of the tiers section: Of over Over, both
@@ -184,12 +189,14 @@ func execTrue(ctx context.Context, box *client.Sandbox) error {
 
 // userNSCost starts two daemons alike but for userns and measures the
 // container tier's lifecycle on both in turns, then create+rm throughput
-// with the most clients of Config.Clients on each.
+// with the most clients of Config.Clients on each, then the memory per
+// idle box on each.
 func (r *run) userNSCost(ctx context.Context) {
 	lifeErr := func(err error) {
 		on := r.addTierResult(NameUserNSOn, nil, err)
 		off := r.addTierResult(NameUserNSOff, nil, err)
 		r.addTierRatio("userns on / off, lifecycle", on, off, GoalUserNS)
+		r.rep.TierRatios = append(r.rep.TierRatios, idleRatio(Density{Name: NameUserNSOnIdle, Err: err.Error()}, Density{Name: NameUserNSOffIdle}))
 	}
 	if r.cfg.DaemonBinary == "" {
 		lifeErr(errors.New("no daemon binary to start (Config.DaemonBinary)"))
@@ -256,6 +263,43 @@ func (r *run) userNSCost(ctx context.Context) {
 		t.Ratio = tp[1].PerSecond / tp[0].PerSecond
 	}
 	r.rep.TierRatios = append(r.rep.TierRatios, t)
+
+	var idle [2]Density
+	for j, name := range []string{NameUserNSOnIdle, NameUserNSOffIdle} {
+		d := daemons[j]
+		r.progress("%s density: starting %d idle boxes (memory limit %d MiB)", name, r.cfg.TierDensity, r.cfg.DensityMemory>>20)
+		b := r.corralBoxes(name, d.client, req)
+		b.daemonPID = d.cmd.Process.Pid
+		idle[j] = r.measureDensity(ctx, b, r.cfg.TierDensity)
+		r.rep.Density = append(r.rep.Density, idle[j])
+	}
+	r.rep.TierRatios = append(r.rep.TierRatios, idleRatio(idle[0], idle[1]))
+}
+
+// idleRatio is the verdict on the memory per idle box with userns on over
+// off. A measurement with an error, a box that did not answer its exec or
+// no memory taken gives an error instead of a ratio: its figure would
+// not be that of working idle boxes.
+func idleRatio(on, off Density) TierRatio {
+	t := TierRatio{Name: "userns on / off, memory per idle box", Of: NameUserNSOnIdle, Over: NameUserNSOffIdle, Goal: GoalUserNS}
+	for _, d := range []Density{on, off} {
+		switch {
+		case d.Err != "":
+			t.Err = d.Err
+		case d.Running == 0:
+			t.Err = "no box running"
+		case d.ExecOK < d.ExecChecked:
+			t.Err = fmt.Sprintf("%d of %d boxes answered exec", d.ExecOK, d.ExecChecked)
+		case d.PerBox <= 0:
+			t.Err = "no memory taken (too few boxes to see, raise --tier-density)"
+		default:
+			continue
+		}
+		t.Err += " (" + d.Name + ")"
+		return t
+	}
+	t.Ratio = float64(on.PerBox) / float64(off.PerBox)
+	return t
 }
 
 // lifecycleOnce is create -> exec of true -> rm of one box from req.
@@ -426,9 +470,9 @@ func (r *run) rawRunsc(ctx context.Context) (*peer, error) {
 }
 
 // printTiers prints the tiers section's series (the userns throughput
-// series are in the throughput table).
+// series are in the throughput table, its idle boxes in the density one).
 func printTiers(w io.Writer, rep *Report) {
-	fmt.Fprintln(w, "tiers: each tier against its peer in this run (ratios below, with the targets)")
+	fmt.Fprintln(w, "tiers: each tier against its peer in this run (ratios below, with the targets; userns throughput and idle memory in their tables)")
 	printResults(w, rep, func(g string) bool { return g == GroupTiers }, false)
 }
 

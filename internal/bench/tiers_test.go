@@ -115,3 +115,93 @@ func TestInTurns(t *testing.T) {
 		t.Errorf("inTurns = %v samples, errors %v; want none, op 0's failure and the create error", s, errs)
 	}
 }
+
+// TestIdleRatio checks the verdict on the user namespace's memory per idle
+// box: on over off, both from the same run, and an error instead of a
+// ratio when either measurement is not that of working idle boxes. The
+// figures are made up; no timing is involved.
+func TestIdleRatio(t *testing.T) {
+	const mib = 1 << 20
+	ok := func(name string, perBox int64) Density {
+		return Density{Name: name, Boxes: 5, Running: 5, PerBox: perBox, ExecChecked: 5, ExecOK: 5}
+	}
+	on, off := ok(NameUserNSOnIdle, 21*mib), ok(NameUserNSOffIdle, 20*mib)
+	tests := []struct {
+		name    string
+		on, off Density
+		ratio   float64
+		met     bool
+		err     string
+	}{
+		{"within 10%", on, off, 1.05, true, ""},
+		{"over 10%", ok(NameUserNSOnIdle, 25*mib), off, 1.25, false, ""},
+		{"on failed", Density{Name: NameUserNSOnIdle, Boxes: 5, Running: 3, PerBox: mib, Err: "started 3 of 5: no space"}, off, 0, false, "started 3 of 5: no space (corral, userns on)"},
+		{"off none running", on, Density{Name: NameUserNSOffIdle, Boxes: 5}, 0, false, "no box running (corral, userns off)"},
+		{"exec failed", on, Density{Name: NameUserNSOffIdle, Boxes: 5, Running: 5, PerBox: mib, ExecChecked: 5, ExecOK: 4}, 0, false, "4 of 5 boxes answered exec (corral, userns off)"},
+		{"no memory taken", ok(NameUserNSOnIdle, -mib), off, 0, false, "no memory taken"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := idleRatio(tc.on, tc.off)
+			if d := got.Ratio - tc.ratio; d > 1e-9 || d < -1e-9 || got.Met() != tc.met || !strings.Contains(got.Err, tc.err) || (tc.err == "") != (got.Err == "") {
+				t.Errorf("idleRatio() = %+v (met %v); want ratio %v, met %v, error %q", got, got.Met(), tc.ratio, tc.met, tc.err)
+			}
+			if got.Of != NameUserNSOnIdle || got.Over != NameUserNSOffIdle || got.Goal != GoalUserNS {
+				t.Errorf("idleRatio() = %+v; want %q over %q against %v", got, NameUserNSOnIdle, NameUserNSOffIdle, GoalUserNS)
+			}
+		})
+	}
+
+	// Printed with the other tier verdicts, the two series in the density
+	// table, and not taken for the density section's "corral" series.
+	rep := &Report{
+		Density:    []Density{on, off, {Name: "crun", Boxes: 5, Running: 5, PerBox: mib}},
+		TierRatios: []TierRatio{idleRatio(on, off), idleRatio(on, Density{Name: NameUserNSOffIdle})},
+	}
+	var buf bytes.Buffer
+	Print(&buf, rep)
+	out := buf.String()
+	for _, s := range []string{
+		"target userns on / off, memory per idle box <= 1.10x: met (1.05x)",
+		"target userns on / off, memory per idle box <= 1.10x: not measured: no box running (corral, userns off)",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("Print() lacks %q:\n%s", s, out)
+		}
+	}
+	for name, perBox := range map[string]string{NameUserNSOnIdle: "21.00 MiB", NameUserNSOffIdle: "20.00 MiB"} {
+		if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+			return strings.HasPrefix(l, name+" ") && strings.Contains(l, " "+perBox+" ")
+		}) {
+			t.Errorf("Print() has no density row %q with %s per box:\n%s", name, perBox, out)
+		}
+	}
+	if strings.Contains(out, "idle host memory per box <=") {
+		t.Errorf("Print() compares a userns series with crun as the density section's corral series:\n%s", out)
+	}
+	for _, g := range ChartOf(rep).Groups {
+		for _, b := range g.Bars {
+			if strings.HasPrefix(b.Label, "corral, userns") && !b.Corral {
+				t.Errorf("ChartOf() bar %q is drawn as a peer's; want Corral's", b.Label)
+			}
+		}
+	}
+}
+
+// TestUserNSCostNoDaemon: without a daemon binary to start, every userns
+// verdict of the tiers section, memory per idle box included, says why it
+// was not measured rather than missing from the report.
+func TestUserNSCostNoDaemon(t *testing.T) {
+	r := &run{rep: &Report{}}
+	r.userNSCost(t.Context())
+	var names []string
+	for _, tr := range r.rep.TierRatios {
+		names = append(names, tr.Name)
+		if tr.Met() || !strings.Contains(tr.Err, "no daemon binary") {
+			t.Errorf("userNSCost() verdict %+v; want not measured: no daemon binary", tr)
+		}
+	}
+	if want := []string{"userns on / off, lifecycle", "userns on / off, memory per idle box"}; !slices.Equal(names, want) {
+		t.Errorf("userNSCost() verdicts = %q; want %q", names, want)
+	}
+}

@@ -51,9 +51,11 @@ run, bwrap, podman run --rm, each on the same busybox root file system):
               "runsc run" of true; the exec round trip in a gvisor box next
               to one in a container box; and the cost of the user
               namespace: the container tier's lifecycle and create+rm
-              throughput on two daemons bench starts with state of its own
-              under a temporary directory, alike but for userns = "on" and
-              "off" (removed at the end); every verdict is a ratio
+              throughput, and the host memory per idle box (--tier-density
+              boxes, measured as density measures them), on two daemons
+              bench starts with state of its own under a temporary
+              directory, alike but for userns = "on" and "off" (removed at
+              the end); every verdict is a ratio
 
 Peers need root (they create containers) and say "not installed" when
 missing. podman runs with storage (and crun state) of its own under a
@@ -78,10 +80,12 @@ memory back after the idle boxes are removed >= 0.98x crun's within
 without syncing, and after 1 GiB written and synced, <= 1.2x a fork after
 1 MiB; memory restore (resume of a suspended box) <= 5x crun run;
 gvisor lifecycle <= 1.2x raw "runsc run"; gvisor exec <= 3x the container
-tier's; the user namespace within 10% (lifecycle and throughput).`,
+tier's; the user namespace within 10% (lifecycle, throughput and memory per idle
+box).`,
 		Example: `  sudo corral bench --chart bench.svg --json-file bench.json
   sudo corral bench --only lifecycle,throughput --lifecycles 100 --execs 1000
   sudo corral bench --only density --density 200 --density-peers crun
+  sudo corral bench --only tiers --tier-density 50
   sudo corral bench --peers crun,runc,bwrap,podman --clients 1,8 --json > bench.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -148,6 +152,7 @@ tier's; the user namespace within 10% (lifecycle and throughput).`,
 	f.IntSliceVar(&cfg.Clients, "clients", bench.DefaultClients(), "concurrent clients of the throughput measurement")
 	f.IntVar(&cfg.ThroughputOps, "ops", 100, "create+rm (or peer runs) per throughput series")
 	f.IntVar(&cfg.DensityBoxes, "density", 1000, "idle sandboxes the density measurement starts")
+	f.IntVar(&cfg.TierDensity, "tier-density", 100, "idle sandboxes the tiers section starts on each of its daemons (userns on and off) to compare their memory per box")
 	f.Var(sizeFlag{&cfg.DensityMemory}, "density-memory", "memory limit of each idle sandbox: bytes or 32m")
 	f.StringVar(&densityPeers, "density-peers", "crun", "comma-separated peers whose idle containers are measured too: crun, runc (empty: none)")
 	f.DurationVar(&cfg.Settle, "settle", bench.DefaultSettle, "wait before each read of host memory")
