@@ -37,8 +37,8 @@ type Process struct {
 	// Exit is how it ended (as Exec's result); nil while it runs.
 	Exit *ExitStatus `json:"exit,omitempty"`
 	// OutputBytes is the output the agent keeps for Logs and Attach;
-	// OutputDroppedBytes what it dropped from the start to stay within
-	// its buffer.
+	// OutputDroppedBytes what it dropped to stay within its buffer: the
+	// bytes between the start it keeps and its newest output.
 	OutputBytes        uint64 `json:"output_bytes"`
 	OutputDroppedBytes uint64 `json:"output_dropped_bytes,omitempty"`
 }

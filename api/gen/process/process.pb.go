@@ -275,7 +275,8 @@ type ProcessInfo struct {
 	// Corral extension: the command's stdin is open for SendInput.
 	Stdin bool `protobuf:"varint,104,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// Corral extension: bytes of output the agent keeps for replay, and
-	// bytes dropped from its start because the buffer is bounded.
+	// bytes dropped because the buffer is bounded: between the start of the
+	// output, which it keeps, and its newest (a gap event in a replay).
 	OutputBytes        uint64 `protobuf:"varint,105,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	OutputDroppedBytes uint64 `protobuf:"varint,106,opt,name=output_dropped_bytes,json=outputDroppedBytes,proto3" json:"output_dropped_bytes,omitempty"`
 	unknownFields      protoimpl.UnknownFields
