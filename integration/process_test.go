@@ -140,6 +140,47 @@ func TestLogsFloodAtStart(t *testing.T) {
 	t.Errorf("logs is not the output's start and end around a gap of %d bytes", n)
 }
 
+// TestLogsGapFromLogFile: the bytes the agent dropped between the start
+// and the end of a command's output come from the daemon's log file when
+// it copied them, with no gap line.
+func TestLogsGapFromLogFile(t *testing.T) {
+	d := startDaemonWith(t, func(cfg *string, _ string) {
+		*cfg += fmt.Sprintf("output_buffer = %d\n[output_log]\nenabled = true\n", 64<<10)
+	})
+	id := d.create()
+	// Four batches, each far less than the ring, together far more; the
+	// next once the test saw the last one copied.
+	const batches = 4
+	script := `for i in 1 2 3 4; do seq $((i*100000)) $((i*100000+7000)); until [ -e /tmp/go$i ]; do sleep 0.1; done; done`
+	pid := strings.TrimSpace(d.must("exec", "-d", "--tag", "batches", id, "--", "sh", "-c", script))
+	file := filepath.Join(d.root, "sandboxes", id, "logs", pid+".log")
+	var all strings.Builder
+	for i := 1; i <= batches; i++ {
+		for n := i * 100000; n <= i*100000+7000; n++ {
+			fmt.Fprintf(&all, "%d\n", n)
+		}
+		last := fmt.Appendf(nil, "\n%d\n", i*100000+7000)
+		deadline := time.Now().Add(60 * time.Second)
+		for b, _ := os.ReadFile(file); !bytes.Contains(b, last); b, _ = os.ReadFile(file) {
+			if time.Now().After(deadline) {
+				t.Fatalf("log file %s = %d bytes; want batch %d copied", file, len(b), i)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		d.must("exec", id, "--", "touch", fmt.Sprintf("/tmp/go%d", i))
+	}
+	if _, _, err := d.corral("wait", id, "batches"); err != nil {
+		t.Fatalf("wait = %v", err)
+	}
+	if ps := d.must("ps", "--json", id); !strings.Contains(ps, `"output_dropped_bytes"`) {
+		t.Fatalf("ps --json = %s; want output dropped by the agent", ps)
+	}
+	out, errOut, err := d.corral("logs", id, "batches")
+	if err != nil || out != all.String() || errOut != "" {
+		t.Errorf("logs = %d bytes (%.20q...%.20q), stderr %q, %v; want all %d bytes, no gap line", len(out), out, out[max(len(out)-20, 0):], errOut, err, all.Len())
+	}
+}
+
 func TestOutputLogFile(t *testing.T) {
 	const ring = 64 << 10
 	d := startDaemonWith(t, func(cfg *string, _ string) {
