@@ -37,8 +37,8 @@ type Process struct {
 	// Exit is how it ended (as Exec's result); nil while it runs.
 	Exit *ExitStatus `json:"exit,omitempty"`
 	// OutputBytes is the output the agent keeps for Logs and Attach;
-	// OutputDroppedBytes what it dropped from the start to stay within
-	// its buffer.
+	// OutputDroppedBytes what it dropped to stay within its buffer: the
+	// bytes between the start it keeps and its newest output.
 	OutputBytes        uint64 `json:"output_bytes"`
 	OutputDroppedBytes uint64 `json:"output_dropped_bytes,omitempty"`
 }
@@ -118,13 +118,19 @@ type LogsOptions struct {
 	Tail int
 	// Follow goes on with the live output until the command ends.
 	Follow bool
+	// Gap, when set, is called where the output lacks bytes that
+	// neither the agent nor the daemon's log file kept: the agent keeps
+	// the start and the end of a command's output, and drops the middle
+	// of one longer than its output buffer. nil: nothing marks the gap.
+	Gap func(dropped uint64)
 }
 
 // Logs writes the output of the command p selects from its start: the agent
-// keeps the last 1 MiB of each command's (by default; see
-// Process.OutputDroppedBytes), running or ended recently, and with the
-// daemon's [output_log] on, the start it dropped comes from the daemon's
-// log file of the command. A command the agent no longer knows (it ended
+// keeps 1 MiB of each command's (by default), its first bytes and its
+// newest (see Process.OutputDroppedBytes), running or ended recently; with
+// the daemon's [output_log] on, bytes it dropped come from the daemon's
+// log file of the command when the file has them, else opts.Gap marks
+// them. A command the agent no longer knows (it ended
 // long ago, or the agent restarted) but that has a log file, selected by
 // pid, has the file's output and a nil result (how it ended is not
 // known). The result is how
@@ -151,7 +157,7 @@ func (s *Sandbox) Logs(ctx context.Context, p ProcessSelector, opts LogsOptions)
 		return nil, fromConnect(ctx, err)
 	}
 	defer stream.Close()
-	ls := &logFileStream{ctx: ctx, s: s, stream: stream}
+	ls := &logFileStream{ctx: ctx, s: s, stream: stream, gap: opts.Gap}
 	if opts.Follow {
 		res, err := receiveOutput(ctx, ls, p.PID, opts.Stdout, opts.Stderr, cancel, s.goneError(parent))
 		if errdefs.IsNotFound(err) && !ls.checked && s.logFile(ctx, p, opts) {

@@ -32,6 +32,10 @@ type logFileStream struct {
 	checked bool
 	pending []*pb.ConnectResponse
 	msg     *pb.ConnectResponse
+	pid     uint32
+	// off is the output offset of the next byte of the agent's replay.
+	off uint64
+	gap func(dropped uint64)
 }
 
 func (l *logFileStream) Receive() bool {
@@ -39,15 +43,75 @@ func (l *logFileStream) Receive() bool {
 		l.msg, l.pending = l.pending[0], l.pending[1:]
 		return true
 	}
-	if !l.stream.Receive() {
+	for {
+		if !l.stream.Receive() {
+			return false
+		}
+		l.msg = l.stream.Msg()
+		ev := l.msg.GetEvent()
+		if start := ev.GetStart(); start != nil && !l.checked {
+			l.checked = true
+			l.pid = start.GetPid()
+			l.pending = l.fromFile(start.GetPid())
+			l.off, _ = strconv.ParseUint(l.stream.ResponseHeader().Get(outputOffsetHeader), 10, 64)
+		}
+		if g := ev.GetGap(); g != nil {
+			if l.fillGap(g.GetDroppedBytes()) {
+				return l.Receive()
+			}
+			continue
+		}
+		if d := ev.GetData(); d != nil {
+			l.off += uint64(len(d.GetStdout()) + len(d.GetStderr()) + len(d.GetPty()))
+		}
+		return true
+	}
+}
+
+// fillGap queues the dropped bytes of a gap in the agent's replay from the
+// daemon's log file when it has all of them (it starts at the command's
+// first byte and has no gap of its own), and reports whether it did; else
+// it calls the Gap option.
+func (l *logFileStream) fillGap(n uint64) bool {
+	if n == 0 {
 		return false
 	}
-	l.msg = l.stream.Msg()
-	if start := l.msg.GetEvent().GetStart(); start != nil && !l.checked {
-		l.checked = true
-		l.pending = l.fromFile(start.GetPid())
+	from := l.off
+	l.off += n
+	var evs []*pb.ConnectResponse
+	if l.pid != 0 {
+		evs, _ = l.s.readLogFile(l.ctx, l.pid, from+n)
 	}
-	return true
+	var total uint64
+	for _, ev := range evs {
+		d := ev.GetEvent().GetData()
+		total += uint64(len(d.GetStdout()) + len(d.GetStderr()))
+	}
+	if total != from+n {
+		if l.gap != nil {
+			l.gap(n)
+		}
+		return false
+	}
+	var pos uint64
+	for _, ev := range evs {
+		d := ev.GetEvent().GetData()
+		b, stderr := d.GetStdout(), false
+		if d.GetStderr() != nil {
+			b, stderr = d.GetStderr(), true
+		}
+		end := pos + uint64(len(b))
+		if end > from {
+			b = b[max(from, pos)-pos:]
+			o := &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+			if stderr {
+				o.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+			}
+			l.pending = append(l.pending, &pb.ConnectResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: o}}})
+		}
+		pos = end
+	}
+	return len(l.pending) > 0
 }
 
 func (l *logFileStream) Msg() *pb.ConnectResponse { return l.msg }

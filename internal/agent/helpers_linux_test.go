@@ -65,7 +65,11 @@ type result struct {
 	stderr strings.Builder
 	pty    strings.Builder
 	end    *pb.ProcessEvent_EndEvent
+	// gaps are the gap events' dropped bytes, at the stdout length then.
+	gaps []gapAt
 }
+
+type gapAt struct{ at, dropped uint64 }
 
 // run starts a command and collects its stream; onStart runs after the
 // start event (for input or signals).

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,6 +51,8 @@ func connectAll(t *testing.T, c *agentclient.Client, req *pb.ConnectRequest) (*r
 			r.pty.Write(ev.Data.GetPty())
 		case *pb.ProcessEvent_End:
 			r.end = ev.End
+		case *pb.ProcessEvent_Gap:
+			r.gaps = append(r.gaps, gapAt{uint64(r.stdout.Len()), ev.Gap.GetDroppedBytes()})
 		}
 	}
 	return r, stream.Err()
@@ -152,8 +155,16 @@ func TestReplayBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := r.stdout.String()
-	if len(out) > 8<<10 || !strings.HasSuffix(out, "line 1999\n") || strings.Contains(out, "line 0\n") {
-		t.Errorf("replay is %d bytes ending %q; want at most 8 KiB ending with the last line", len(out), out[max(len(out)-20, 0):])
+	if len(out) > 8<<10 || !strings.HasPrefix(out, "line 0\nline 1\n") || !strings.HasSuffix(out, "line 1999\n") {
+		t.Errorf("replay is %d bytes ending %q; want at most 8 KiB from the first line, ending with the last", len(out), out[max(len(out)-20, 0):])
+	}
+	// The replay says where the bytes it lacks were.
+	var all strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&all, "line %d\n", i)
+	}
+	if len(r.gaps) != 1 || out[:r.gaps[0].at]+all.String()[r.gaps[0].at:r.gaps[0].at+r.gaps[0].dropped]+out[r.gaps[0].at:] != all.String() {
+		t.Errorf("replay gaps %+v; want one, of the bytes between its head and its end", r.gaps)
 	}
 	list, err := c.Process.List(t.Context(), connect.NewRequest(&pb.ListRequest{IncludeEnded: proto.Bool(true)}))
 	if err != nil || len(list.Msg.GetProcesses()) != 1 {
@@ -276,7 +287,8 @@ func TestReplayFromOffset(t *testing.T) {
 		wantFirst func(uint64) bool
 		want      string
 	}{
-		{name: "dropped", from: 4, wantFirst: func(n uint64) bool { return n > 4 && n < total }},
+		{name: "in the head", from: 4, wantFirst: func(n uint64) bool { return n == 4 }},
+		{name: "dropped", from: 4096, wantFirst: func(n uint64) bool { return n > 4096 && n < total }},
 		{name: "held", from: total - 22, wantFirst: func(n uint64) bool { return n == total-22 }, want: "0123456789\n0123456789\n"},
 		{name: "the end", from: total, wantFirst: func(n uint64) bool { return n == total }},
 	}
@@ -288,9 +300,11 @@ func TestReplayFromOffset(t *testing.T) {
 			}
 			defer stream.Close()
 			var out strings.Builder
+			var gap uint64
 			for stream.Receive() {
 				out.Write(stream.Msg().GetEvent().GetData().GetStdout())
 				out.Write(stream.Msg().GetEvent().GetData().GetStderr())
+				gap += stream.Msg().GetEvent().GetGap().GetDroppedBytes()
 			}
 			if err := stream.Err(); err != nil {
 				t.Fatal(err)
@@ -299,7 +313,7 @@ func TestReplayFromOffset(t *testing.T) {
 			if err != nil || !tc.wantFirst(first) {
 				t.Fatalf("%s = %d, %v; want the first offset replayed", outputOffsetHeader, first, err)
 			}
-			if got := out.String(); uint64(len(got)) != total-first || (tc.want != "" && got != tc.want) {
+			if got := out.String(); uint64(len(got))+gap != total-first || (tc.want != "" && got != tc.want) {
 				t.Errorf("replay from %d = %d bytes; want the %d from %d (%q)", tc.from, len(got), total-first, first, tc.want)
 			}
 		})

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -119,15 +120,21 @@ func TestOutputLogFrom(t *testing.T) {
 	}
 	held, dropped := l.held()
 	total := held + dropped
+	h := l.head.bytes // the head holds [0, h), the ring [h+dropped, total)
+	ringStart := h + dropped
+	if h == 0 || dropped == 0 {
+		t.Fatalf("head %d bytes, %d dropped; want both", h, dropped)
+	}
 	tests := []struct {
 		name      string
 		off       uint64
 		wantFirst uint64
 	}{
-		{name: "from the start", off: 0, wantFirst: dropped},
-		{name: "dropped bytes", off: dropped / 2, wantFirst: dropped},
-		{name: "first held", off: dropped, wantFirst: dropped},
-		{name: "mid-chunk", off: dropped + held/2 + 1, wantFirst: dropped + held/2 + 1},
+		{name: "from the start", off: 0, wantFirst: 0},
+		{name: "in the head", off: h / 2, wantFirst: h / 2},
+		{name: "dropped bytes", off: h + dropped/2, wantFirst: ringStart},
+		{name: "first held", off: ringStart, wantFirst: ringStart},
+		{name: "mid-chunk", off: ringStart + (total-ringStart)/2 + 1, wantFirst: ringStart + (total-ringStart)/2 + 1},
 		{name: "the end", off: total, wantFirst: total},
 		{name: "past the end", off: total + 10, wantFirst: total},
 	}
@@ -137,9 +144,58 @@ func TestOutputLogFrom(t *testing.T) {
 			if first != tc.wantFirst {
 				t.Fatalf("from(%d) first = %d; want %d", tc.off, first, tc.wantFirst)
 			}
-			if got, want := joined(cs), all.String()[min(first, total):]; got != want {
-				t.Errorf("from(%d) = %d bytes; want the %d from %d", tc.off, len(got), len(want), first)
+			want := all.String()[min(first, total):]
+			var gaps uint64
+			if first < h {
+				want = all.String()[first:h] + all.String()[ringStart:]
+				gaps = dropped
+			}
+			var gotGaps uint64
+			for _, c := range cs {
+				gotGaps += c.gap
+			}
+			if got := joined(cs); got != want || gotGaps != gaps {
+				t.Errorf("from(%d) = %d bytes, a gap of %d; want the %d from %d, a gap of %d", tc.off, len(got), gotGaps, len(want), first, gaps)
 			}
 		})
+	}
+}
+
+// TestOutputLogKeepsTheStart: output over the bound still replays its
+// first bytes, then a gap of the bytes dropped, then its newest bytes.
+func TestOutputLogKeepsTheStart(t *testing.T) {
+	const max = 64 << 10
+	l := newOutputLog(max)
+	var all bytes.Buffer
+	for i := range 20000 {
+		line := fmt.Appendf(nil, "line %d\n", i)
+		all.Write(line)
+		l.add(outStdout, line)
+		if l.memory() > max {
+			t.Fatalf("after %d lines: memory() = %d; want at most %d", i+1, l.memory(), max)
+		}
+	}
+	cs := l.snapshot(0)
+	var gapAt, gap int
+	var got strings.Builder
+	for i, c := range cs {
+		if c.kind == outGap {
+			gapAt, gap = i, int(c.gap)
+		}
+		got.Write(c.data)
+	}
+	head := joined(cs[:gapAt])
+	if gap == 0 || !strings.HasPrefix(head, "line 0\nline 1\n") || len(head) < max/headShare/2 {
+		t.Fatalf("snapshot starts with %d bytes %.20q before a gap of %d; want the first lines, then a gap", len(head), head, gap)
+	}
+	if want := all.String()[:len(head)] + all.String()[len(head)+gap:]; got.String() != want || !strings.HasSuffix(want, "line 19999\n") {
+		t.Errorf("snapshot = %d bytes around a gap of %d; want the head and the end of the output", got.Len(), gap)
+	}
+	if held, dropped := l.held(); held != uint64(got.Len()) || dropped != uint64(gap) {
+		t.Errorf("held() = %d, %d; want %d, %d", held, dropped, got.Len(), gap)
+	}
+	// A tail stays in the ring: no gap.
+	if tail := l.snapshot(2); joined(tail) != "line 19998\nline 19999\n" || len(tail) != 1 {
+		t.Errorf("snapshot(2) = %+v; want the last two lines", tail)
 	}
 }

@@ -342,7 +342,11 @@ func streamEvents(ctx context.Context, p *proc, replay []outChunk, sub *subscrib
 		return err
 	}
 	for _, c := range replay {
-		if err := send(dataEvent(c.kind, c.data)); err != nil {
+		ev := dataEvent(c.kind, c.data)
+		if c.kind == outGap {
+			ev = &pb.ProcessEvent{Event: &pb.ProcessEvent_Gap{Gap: &pb.ProcessEvent_GapEvent{DroppedBytes: c.gap}}}
+		}
+		if err := send(ev); err != nil {
 			return err
 		}
 	}

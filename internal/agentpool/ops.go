@@ -223,7 +223,7 @@ func (p *Pool) Run(ctx context.Context, addr, cmd string) (int, error) {
 // Output replays the output the agent at addr keeps of command pid from
 // byte offset from on (ConnectRequest.from_offset), calling fn with each
 // chunk (stderr or stdout, a terminal's output counting as stdout) and its
-// offset, and returns the offset of the first byte replayed (larger than from when
+// offset (past the bytes of a gap the agent did not keep), and returns the offset of the first byte replayed (larger than from when
 // the agent dropped those bytes), within Config.Timeout.
 func (p *Pool) Output(ctx context.Context, addr string, pid uint32, from uint64, fn func(off uint64, stderr bool, data []byte) error) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -250,7 +250,12 @@ func (p *Pool) Output(ctx context.Context, addr string, pid uint32, from uint64,
 			}
 			first, off = n, n
 		}
-		d := stream.Msg().GetEvent().GetData()
+		ev := stream.Msg().GetEvent()
+		if g := ev.GetGap(); g != nil {
+			off += g.GetDroppedBytes() // the agent kept the start and the end
+			continue
+		}
+		d := ev.GetData()
 		if d == nil {
 			continue
 		}

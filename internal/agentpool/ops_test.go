@@ -63,3 +63,48 @@ func TestStartAndRun(t *testing.T) {
 		}
 	}
 }
+
+// gapProcess answers Connect with a replay of a head, a gap and an end.
+type gapProcess struct {
+	processconnect.UnimplementedProcessHandler
+}
+
+func (gapProcess) Connect(_ context.Context, _ *connect.Request[processpb.ConnectRequest], s *connect.ServerStream[processpb.ConnectResponse]) error {
+	s.ResponseHeader().Set("Corral-Output-Offset", "0")
+	data := func(b string) *processpb.ProcessEvent {
+		return &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: []byte(b)}}}}
+	}
+	for _, ev := range []*processpb.ProcessEvent{
+		{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: 42}}},
+		data("head"),
+		{Event: &processpb.ProcessEvent_Gap{Gap: &processpb.ProcessEvent_GapEvent{DroppedBytes: 100}}},
+		data("end"),
+	} {
+		if err := s.Send(&processpb.ConnectResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestOutputGap: a gap in the agent's replay moves the offset of the
+// output after it past the bytes the agent did not keep.
+func TestOutputGap(t *testing.T) {
+	path, h := processconnect.NewProcessHandler(gapProcess{})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	_, p := newFakeAgent(t, mux.ServeHTTP)
+	type chunk struct {
+		off  uint64
+		data string
+	}
+	var got []chunk
+	first, err := p.Output(testutil.Context(t), "fake://a", 42, 0, func(off uint64, _ bool, data []byte) error {
+		got = append(got, chunk{off, string(data)})
+		return nil
+	})
+	want := []chunk{{0, "head"}, {104, "end"}}
+	if err != nil || first != 0 || !slices.Equal(got, want) {
+		t.Errorf("Output = %d, %v, chunks %v; want 0, chunks %v", first, err, got, want)
+	}
+}

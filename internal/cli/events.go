@@ -228,8 +228,8 @@ connection and DNS decision, every limit hit. For debugging and for evals.
 
 --format jsonl (default) prints one JSON event per line; md a Markdown report.
 --with-output adds the output of each command the sandbox's agent still keeps
-(the last 1 MiB of each, for a while after it ended; see corral logs): under
-"output" in jsonl, in a code block in md. A removed sandbox is named by its ID
+(1 MiB of each, its start and its end, for a while after it ended; see corral
+logs): under "output" in jsonl, in a code block in md. A removed sandbox is named by its ID
 and has its trail (without output) for the daemon's [audit] retention.`,
 		Example: `  corral trajectory web > web.jsonl
   corral trajectory --format md --with-output web > web.md`,

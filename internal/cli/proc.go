@@ -63,10 +63,11 @@ func (a *app) logsCmd() *cobra.Command {
 		Use:   "logs [-f] [--tail N] ID [PID|TAG]",
 		Short: "Show the output of a command in a sandbox, from its start",
 		Long: `Show the output of a command started with exec (-d or not), from its start:
-the agent keeps the last 1 MiB of each command's output (its --output-buffer),
-also for a while after the command ended. With the daemon's [output_log] on,
-the start the agent dropped comes from the daemon's log file of the command,
-and a command the agent forgot is still found by its pid. Without PID|TAG,
+the agent keeps 1 MiB of each command's output (its --output-buffer): its
+first bytes and its last, also for a while after the command ended. Where it
+dropped bytes in between, a line "[corral: N bytes not kept]" on stderr marks
+the gap, unless the daemon's log file of the command ([output_log]) has them.
+With [output_log] on, a command the agent forgot is still found by its pid. Without PID|TAG,
 the command started last. A number is a pid, anything else the
 --tag given to exec. stdout and stderr go to corral's stdout and stderr.
 
@@ -95,6 +96,7 @@ code as exec does.`,
 				return err
 			}
 			opts.Stdout, opts.Stderr = a.streams.Out, a.streams.Err
+			opts.Gap = func(n uint64) { fmt.Fprintf(a.streams.Err, "[corral: %d bytes not kept]\n", n) }
 			res, err := s.Logs(cmd.Context(), sel, opts)
 			if err != nil || res == nil || !opts.Follow {
 				return err

@@ -127,6 +127,13 @@ func (d *Daemon) copyBoxOutput(ctx context.Context, addr, dir string) error {
 			return err
 		}
 		_, err := d.agents.Output(ctx, addr, pid, next, func(off uint64, stderr bool, data []byte) error {
+			if len(batch) > 0 && off != start+uint64(size) {
+				// The agent did not keep the bytes before off: the
+				// file records a gap there.
+				if err := flush(); err != nil {
+					return err
+				}
+			}
 			if len(batch) == 0 {
 				start = off
 			}

@@ -275,7 +275,8 @@ type ProcessInfo struct {
 	// Corral extension: the command's stdin is open for SendInput.
 	Stdin bool `protobuf:"varint,104,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// Corral extension: bytes of output the agent keeps for replay, and
-	// bytes dropped from its start because the buffer is bounded.
+	// bytes dropped because the buffer is bounded: between the start of the
+	// output, which it keeps, and its newest (a gap event in a replay).
 	OutputBytes        uint64 `protobuf:"varint,105,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	OutputDroppedBytes uint64 `protobuf:"varint,106,opt,name=output_dropped_bytes,json=outputDroppedBytes,proto3" json:"output_dropped_bytes,omitempty"`
 	unknownFields      protoimpl.UnknownFields
@@ -601,6 +602,7 @@ type ProcessEvent struct {
 	//	*ProcessEvent_Data
 	//	*ProcessEvent_End
 	//	*ProcessEvent_Keepalive
+	//	*ProcessEvent_Gap
 	Event         isProcessEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -679,6 +681,15 @@ func (x *ProcessEvent) GetKeepalive() *ProcessEvent_KeepAlive {
 	return nil
 }
 
+func (x *ProcessEvent) GetGap() *ProcessEvent_GapEvent {
+	if x != nil {
+		if x, ok := x.Event.(*ProcessEvent_Gap); ok {
+			return x.Gap
+		}
+	}
+	return nil
+}
+
 type isProcessEvent_Event interface {
 	isProcessEvent_Event()
 }
@@ -699,6 +710,13 @@ type ProcessEvent_Keepalive struct {
 	Keepalive *ProcessEvent_KeepAlive `protobuf:"bytes,4,opt,name=keepalive,proto3,oneof"`
 }
 
+type ProcessEvent_Gap struct {
+	// Corral extension: only in a replay (ConnectRequest.replay), between
+	// the start of the output the agent keeps and its newest output: the
+	// bytes of output in between were not kept.
+	Gap *ProcessEvent_GapEvent `protobuf:"bytes,100,opt,name=gap,proto3,oneof"`
+}
+
 func (*ProcessEvent_Start) isProcessEvent_Event() {}
 
 func (*ProcessEvent_Data) isProcessEvent_Event() {}
@@ -706,6 +724,8 @@ func (*ProcessEvent_Data) isProcessEvent_Event() {}
 func (*ProcessEvent_End) isProcessEvent_Event() {}
 
 func (*ProcessEvent_Keepalive) isProcessEvent_Event() {}
+
+func (*ProcessEvent_Gap) isProcessEvent_Event() {}
 
 type StartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1778,6 +1798,51 @@ func (*ProcessEvent_KeepAlive) Descriptor() ([]byte, []int) {
 	return file_process_process_proto_rawDescGZIP(), []int{8, 3}
 }
 
+type ProcessEvent_GapEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of output dropped here.
+	DroppedBytes  uint64 `protobuf:"varint,1,opt,name=dropped_bytes,json=droppedBytes,proto3" json:"dropped_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessEvent_GapEvent) Reset() {
+	*x = ProcessEvent_GapEvent{}
+	mi := &file_process_process_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessEvent_GapEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessEvent_GapEvent) ProtoMessage() {}
+
+func (x *ProcessEvent_GapEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessEvent_GapEvent.ProtoReflect.Descriptor instead.
+func (*ProcessEvent_GapEvent) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{8, 4}
+}
+
+func (x *ProcessEvent_GapEvent) GetDroppedBytes() uint64 {
+	if x != nil {
+		return x.DroppedBytes
+	}
+	return 0
+}
+
 // First message: which command the input is for.
 type StreamInputRequest_StartEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1788,7 +1853,7 @@ type StreamInputRequest_StartEvent struct {
 
 func (x *StreamInputRequest_StartEvent) Reset() {
 	*x = StreamInputRequest_StartEvent{}
-	mi := &file_process_process_proto_msgTypes[28]
+	mi := &file_process_process_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1865,7 @@ func (x *StreamInputRequest_StartEvent) String() string {
 func (*StreamInputRequest_StartEvent) ProtoMessage() {}
 
 func (x *StreamInputRequest_StartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[28]
+	mi := &file_process_process_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1897,7 @@ type StreamInputRequest_DataEvent struct {
 
 func (x *StreamInputRequest_DataEvent) Reset() {
 	*x = StreamInputRequest_DataEvent{}
-	mi := &file_process_process_proto_msgTypes[29]
+	mi := &file_process_process_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1909,7 @@ func (x *StreamInputRequest_DataEvent) String() string {
 func (*StreamInputRequest_DataEvent) ProtoMessage() {}
 
 func (x *StreamInputRequest_DataEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[29]
+	mi := &file_process_process_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1940,7 @@ type StreamInputRequest_KeepAlive struct {
 
 func (x *StreamInputRequest_KeepAlive) Reset() {
 	*x = StreamInputRequest_KeepAlive{}
-	mi := &file_process_process_proto_msgTypes[30]
+	mi := &file_process_process_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +1952,7 @@ func (x *StreamInputRequest_KeepAlive) String() string {
 func (*StreamInputRequest_KeepAlive) ProtoMessage() {}
 
 func (x *StreamInputRequest_KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[30]
+	mi := &file_process_process_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,12 +2025,13 @@ const file_process_process_proto_rawDesc = "" +
 	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\x12#\n" +
 	"\x03pty\x18\x02 \x01(\v2\f.process.PTYH\x00R\x03pty\x88\x01\x01B\x06\n" +
 	"\x04_pty\"\x10\n" +
-	"\x0eUpdateResponse\"\x90\x05\n" +
+	"\x0eUpdateResponse\"\xf5\x05\n" +
 	"\fProcessEvent\x128\n" +
 	"\x05start\x18\x01 \x01(\v2 .process.ProcessEvent.StartEventH\x00R\x05start\x125\n" +
 	"\x04data\x18\x02 \x01(\v2\x1f.process.ProcessEvent.DataEventH\x00R\x04data\x122\n" +
 	"\x03end\x18\x03 \x01(\v2\x1e.process.ProcessEvent.EndEventH\x00R\x03end\x12?\n" +
-	"\tkeepalive\x18\x04 \x01(\v2\x1f.process.ProcessEvent.KeepAliveH\x00R\tkeepalive\x1a\x1e\n" +
+	"\tkeepalive\x18\x04 \x01(\v2\x1f.process.ProcessEvent.KeepAliveH\x00R\tkeepalive\x122\n" +
+	"\x03gap\x18d \x01(\v2\x1e.process.ProcessEvent.GapEventH\x00R\x03gap\x1a\x1e\n" +
 	"\n" +
 	"StartEvent\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x1a]\n" +
@@ -1985,7 +2051,9 @@ const file_process_process_proto_rawDesc = "" +
 	"\vcpu_time_us\x18f \x01(\x04R\tcpuTimeUs\x12*\n" +
 	"\x11peak_memory_bytes\x18g \x01(\x04R\x0fpeakMemoryBytesB\b\n" +
 	"\x06_error\x1a\v\n" +
-	"\tKeepAliveB\a\n" +
+	"\tKeepAlive\x1a/\n" +
+	"\bGapEvent\x12#\n" +
+	"\rdropped_bytes\x18\x01 \x01(\x04R\fdroppedBytesB\a\n" +
 	"\x05event\"<\n" +
 	"\rStartResponse\x12+\n" +
 	"\x05event\x18\x01 \x01(\v2\x15.process.ProcessEventR\x05event\">\n" +
@@ -2064,7 +2132,7 @@ func file_process_process_proto_rawDescGZIP() []byte {
 }
 
 var file_process_process_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_process_process_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_process_process_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_process_process_proto_goTypes = []any{
 	(Signal)(0),                           // 0: process.Signal
 	(*PTY)(nil),                           // 1: process.PTY
@@ -2095,9 +2163,10 @@ var file_process_process_proto_goTypes = []any{
 	(*ProcessEvent_DataEvent)(nil),        // 26: process.ProcessEvent.DataEvent
 	(*ProcessEvent_EndEvent)(nil),         // 27: process.ProcessEvent.EndEvent
 	(*ProcessEvent_KeepAlive)(nil),        // 28: process.ProcessEvent.KeepAlive
-	(*StreamInputRequest_StartEvent)(nil), // 29: process.StreamInputRequest.StartEvent
-	(*StreamInputRequest_DataEvent)(nil),  // 30: process.StreamInputRequest.DataEvent
-	(*StreamInputRequest_KeepAlive)(nil),  // 31: process.StreamInputRequest.KeepAlive
+	(*ProcessEvent_GapEvent)(nil),         // 29: process.ProcessEvent.GapEvent
+	(*StreamInputRequest_StartEvent)(nil), // 30: process.StreamInputRequest.StartEvent
+	(*StreamInputRequest_DataEvent)(nil),  // 31: process.StreamInputRequest.DataEvent
+	(*StreamInputRequest_KeepAlive)(nil),  // 32: process.StreamInputRequest.KeepAlive
 }
 var file_process_process_proto_depIdxs = []int32{
 	23, // 0: process.PTY.size:type_name -> process.PTY.Size
@@ -2113,40 +2182,41 @@ var file_process_process_proto_depIdxs = []int32{
 	26, // 10: process.ProcessEvent.data:type_name -> process.ProcessEvent.DataEvent
 	27, // 11: process.ProcessEvent.end:type_name -> process.ProcessEvent.EndEvent
 	28, // 12: process.ProcessEvent.keepalive:type_name -> process.ProcessEvent.KeepAlive
-	9,  // 13: process.StartResponse.event:type_name -> process.ProcessEvent
-	9,  // 14: process.ConnectResponse.event:type_name -> process.ProcessEvent
-	22, // 15: process.SendInputRequest.process:type_name -> process.ProcessSelector
-	14, // 16: process.SendInputRequest.input:type_name -> process.ProcessInput
-	29, // 17: process.StreamInputRequest.start:type_name -> process.StreamInputRequest.StartEvent
-	30, // 18: process.StreamInputRequest.data:type_name -> process.StreamInputRequest.DataEvent
-	31, // 19: process.StreamInputRequest.keepalive:type_name -> process.StreamInputRequest.KeepAlive
-	22, // 20: process.SendSignalRequest.process:type_name -> process.ProcessSelector
-	0,  // 21: process.SendSignalRequest.signal:type_name -> process.Signal
-	22, // 22: process.CloseStdinRequest.process:type_name -> process.ProcessSelector
-	22, // 23: process.ConnectRequest.process:type_name -> process.ProcessSelector
-	22, // 24: process.StreamInputRequest.StartEvent.process:type_name -> process.ProcessSelector
-	14, // 25: process.StreamInputRequest.DataEvent.input:type_name -> process.ProcessInput
-	3,  // 26: process.Process.List:input_type -> process.ListRequest
-	21, // 27: process.Process.Connect:input_type -> process.ConnectRequest
-	6,  // 28: process.Process.Start:input_type -> process.StartRequest
-	7,  // 29: process.Process.Update:input_type -> process.UpdateRequest
-	15, // 30: process.Process.StreamInput:input_type -> process.StreamInputRequest
-	12, // 31: process.Process.SendInput:input_type -> process.SendInputRequest
-	17, // 32: process.Process.SendSignal:input_type -> process.SendSignalRequest
-	19, // 33: process.Process.CloseStdin:input_type -> process.CloseStdinRequest
-	5,  // 34: process.Process.List:output_type -> process.ListResponse
-	11, // 35: process.Process.Connect:output_type -> process.ConnectResponse
-	10, // 36: process.Process.Start:output_type -> process.StartResponse
-	8,  // 37: process.Process.Update:output_type -> process.UpdateResponse
-	16, // 38: process.Process.StreamInput:output_type -> process.StreamInputResponse
-	13, // 39: process.Process.SendInput:output_type -> process.SendInputResponse
-	18, // 40: process.Process.SendSignal:output_type -> process.SendSignalResponse
-	20, // 41: process.Process.CloseStdin:output_type -> process.CloseStdinResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	29, // 13: process.ProcessEvent.gap:type_name -> process.ProcessEvent.GapEvent
+	9,  // 14: process.StartResponse.event:type_name -> process.ProcessEvent
+	9,  // 15: process.ConnectResponse.event:type_name -> process.ProcessEvent
+	22, // 16: process.SendInputRequest.process:type_name -> process.ProcessSelector
+	14, // 17: process.SendInputRequest.input:type_name -> process.ProcessInput
+	30, // 18: process.StreamInputRequest.start:type_name -> process.StreamInputRequest.StartEvent
+	31, // 19: process.StreamInputRequest.data:type_name -> process.StreamInputRequest.DataEvent
+	32, // 20: process.StreamInputRequest.keepalive:type_name -> process.StreamInputRequest.KeepAlive
+	22, // 21: process.SendSignalRequest.process:type_name -> process.ProcessSelector
+	0,  // 22: process.SendSignalRequest.signal:type_name -> process.Signal
+	22, // 23: process.CloseStdinRequest.process:type_name -> process.ProcessSelector
+	22, // 24: process.ConnectRequest.process:type_name -> process.ProcessSelector
+	22, // 25: process.StreamInputRequest.StartEvent.process:type_name -> process.ProcessSelector
+	14, // 26: process.StreamInputRequest.DataEvent.input:type_name -> process.ProcessInput
+	3,  // 27: process.Process.List:input_type -> process.ListRequest
+	21, // 28: process.Process.Connect:input_type -> process.ConnectRequest
+	6,  // 29: process.Process.Start:input_type -> process.StartRequest
+	7,  // 30: process.Process.Update:input_type -> process.UpdateRequest
+	15, // 31: process.Process.StreamInput:input_type -> process.StreamInputRequest
+	12, // 32: process.Process.SendInput:input_type -> process.SendInputRequest
+	17, // 33: process.Process.SendSignal:input_type -> process.SendSignalRequest
+	19, // 34: process.Process.CloseStdin:input_type -> process.CloseStdinRequest
+	5,  // 35: process.Process.List:output_type -> process.ListResponse
+	11, // 36: process.Process.Connect:output_type -> process.ConnectResponse
+	10, // 37: process.Process.Start:output_type -> process.StartResponse
+	8,  // 38: process.Process.Update:output_type -> process.UpdateResponse
+	16, // 39: process.Process.StreamInput:output_type -> process.StreamInputResponse
+	13, // 40: process.Process.SendInput:output_type -> process.SendInputResponse
+	18, // 41: process.Process.SendSignal:output_type -> process.SendSignalResponse
+	20, // 42: process.Process.CloseStdin:output_type -> process.CloseStdinResponse
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_process_process_proto_init() }
@@ -2164,6 +2234,7 @@ func file_process_process_proto_init() {
 		(*ProcessEvent_Data)(nil),
 		(*ProcessEvent_End)(nil),
 		(*ProcessEvent_Keepalive)(nil),
+		(*ProcessEvent_Gap)(nil),
 	}
 	file_process_process_proto_msgTypes[13].OneofWrappers = []any{
 		(*ProcessInput_Stdin)(nil),
@@ -2191,7 +2262,7 @@ func file_process_process_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_process_process_proto_rawDesc), len(file_process_process_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
