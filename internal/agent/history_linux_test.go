@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -325,8 +327,16 @@ func TestReplayFromOffset(t *testing.T) {
 // learning how it ended, which keeps the agent from exiting when idle.
 func TestReplayFromOffsetCollectsNoEnd(t *testing.T) {
 	c, s := startAgentServer(t, Config{})
-	pid := startDetached(t, c, sh("echo hi"))
+	// The command ends only once its starter has gone: a command that
+	// ends while the Start stream is still open delivers its end there,
+	// which collects it (the test raced that before).
+	gate := filepath.Join(t.TempDir(), "go")
+	pid := startDetached(t, c, sh("while [ ! -e "+gate+" ]; do sleep 0.01; done; echo hi"))
 	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+	time.Sleep(50 * time.Millisecond) // let the agent see the starter leave
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for {
 		r, err := connectAll(t, c, &pb.ConnectRequest{Process: sel, Replay: proto.Bool(true), Follow: proto.Bool(false), FromOffset: proto.Uint64(0)})
 		if err != nil {
