@@ -192,10 +192,10 @@ func (b *boxNet) transparent(c net.Conn, dst netip.AddrPort, ev *Event) {
 	res, prefix, timedOut, err := sniffFirst(c, wait)
 	if err != nil {
 		why := fmt.Sprintf("unreadable first bytes: %v", err)
+		b.record(ev, Deny, why)
 		if res.Kind == sniff.HTTP {
 			deny(c, http.StatusBadRequest, why)
 		}
-		b.record(ev, Deny, why)
 		return
 	}
 	if timedOut {
@@ -303,20 +303,20 @@ func (b *boxNet) explicit(c net.Conn, ev *Event) {
 	}
 	ev.Host, ev.Port, ev.Addr = host, port, ""
 	if err != nil {
-		deny(c, http.StatusBadRequest, err.Error())
 		b.record(ev, Deny, err.Error())
+		deny(c, http.StatusBadRequest, err.Error())
 		return
 	}
 	ok, reason := b.decide(host, netip.Addr{}, port)
 	if !ok {
-		deny(c, http.StatusForbidden, reason)
 		b.record(ev, Deny, reason)
+		deny(c, http.StatusForbidden, reason)
 		return
 	}
 	up, verdict, why := b.dial(host, netip.Addr{}, port, ev)
 	if up == nil {
-		deny(c, statusFor(verdict), why)
 		b.record(ev, verdict, why)
+		deny(c, statusFor(verdict), why)
 		return
 	}
 	defer b.release(up)
@@ -352,6 +352,8 @@ func (b *boxNet) explicit(c net.Conn, ev *Event) {
 }
 
 // deny answers an HTTP client that its request was refused, with the reason.
+// Callers record the decision first: a client that exits on the answer
+// must find it in the trail before its command's end.
 func deny(w io.Writer, code int, reason string) {
 	body := "corral: egress denied: " + reason + "\n"
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Corral-Denied: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
@@ -461,10 +463,10 @@ func (b *boxNet) httpLoop(client net.Conn, br *bufio.Reader, first *http.Request
 		}
 		if pinned != "" && !strings.EqualFold(host, pinned) {
 			why := fmt.Sprintf("HTTP Host %q differs from the connection's host %q", host, pinned)
-			deny(client, http.StatusMisdirectedRequest, why)
 			e := b.newEvent(ev.Kind, ev)
 			e.Host, e.Port = host, port
 			b.record(e, Deny, why)
+			deny(client, http.StatusMisdirectedRequest, why)
 			return
 		}
 		if up == nil || host != curHost || port != curPort {
@@ -475,19 +477,19 @@ func (b *boxNet) httpLoop(client net.Conn, br *bufio.Reader, first *http.Request
 			ev.Host, ev.Port = host, port
 			ok, why := b.decide(host, netip.Addr{}, port)
 			if !ok {
-				deny(client, http.StatusForbidden, why)
 				b.record(ev, Deny, why)
+				deny(client, http.StatusForbidden, why)
 				return
 			}
 			if reason := b.overBudget(); reason != "" {
-				deny(client, http.StatusForbidden, reason)
 				b.record(ev, Deny, reason)
+				deny(client, http.StatusForbidden, reason)
 				return
 			}
 			conn, verdict, why2 := b.dial(host, netip.Addr{}, port, ev)
 			if conn == nil {
-				deny(client, statusFor(verdict), why2)
 				b.record(ev, verdict, why2)
+				deny(client, statusFor(verdict), why2)
 				return
 			}
 			up, upbr, curHost, curPort, reason, used = conn, bufio.NewReader(conn), host, port, why, nil
