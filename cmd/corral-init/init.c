@@ -7,6 +7,10 @@
  * cannot kill it.
  *
  * Usage: corral-init [--start] AGENT [ARG...]
+ *        corral-init --userns-hold FLAGS
+ *
+ * With --userns-hold it is not an init but the daemon's holder of a box's
+ * user namespace (internal/userns, Hold): see userns_hold.
  *
  * It inherits the box's listening agent socket as fd 3 (made by the daemon
  * in the box's network namespace). While no agent runs, it waits for a
@@ -44,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -176,7 +181,44 @@ static void stop(int sfd) {
 	exit(0);
 }
 
+/*
+ * userns_hold unshares the namespaces in flags (CLONE_NEWUSER and more, in
+ * decimal), prints its pid and waits until stdin closes. The daemon starts
+ * it as the box's base host uid, so that the new user namespace is that
+ * uid's, then writes its uid_map and gid_map and binds its namespaces. One
+ * C process does what would take two starts of the daemon's Go binary (a
+ * Go program has threads, and a threaded process cannot unshare a user
+ * namespace).
+ */
+static int userns_hold(const char *flags) {
+	close(3); /* the memfd the daemon ran this binary from, if any */
+	char *end;
+	errno = 0;
+	unsigned long fl = strtoul(flags, &end, 10);
+	if (errno || end == flags || *end || !(fl & CLONE_NEWUSER) || fl > 0x7fffffffUL) {
+		say("--userns-hold %s: want namespace flags in decimal, with CLONE_NEWUSER", flags);
+		return 2;
+	}
+	if (unshare((int)fl) < 0) {
+		say("unshare: %s", strerror(errno));
+		return 1;
+	}
+	if (printf("%d\n", (int)getpid()) < 0 || fclose(stdout) != 0) {
+		say("write pid: %s", strerror(errno));
+		return 1;
+	}
+	char b[64];
+	for (;;) {
+		ssize_t n = read(0, b, sizeof b);
+		if (n > 0 || (n < 0 && errno == EINTR))
+			continue;
+		return 0;
+	}
+}
+
 int main(int argc, char **argv) {
+	if (argc == 3 && strcmp(argv[1], "--userns-hold") == 0)
+		return userns_hold(argv[2]);
 	int start = argc > 1 && strcmp(argv[1], "--start") == 0;
 	if (start) {
 		argv++;

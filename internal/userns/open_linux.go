@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/agentbin"
 )
 
 // holdEnv makes a process started by Hold wait, in its new namespaces,
@@ -26,11 +28,11 @@ const holdEnv = "_CORRAL_USERNS_HOLD"
 // until its stdin closes (see init).
 const ownerEnv = "_CORRAL_USERNS_OWNER"
 
-// init is the children of Hold: a Go process cannot unshare a user
-// namespace (it has threads), so Hold starts this binary again, as the
-// box's base host uid (the owner), which starts it once more in the new
-// namespaces (the holder). Any program that links this package can be
-// those children.
+// init is the children of Hold where this build embeds no box init (see
+// hold): a Go process cannot unshare a user namespace (it has threads), so
+// Hold starts this binary again, as the box's base host uid (the owner),
+// which starts it once more in the new namespaces (the holder). Any
+// program that links this package can be those children.
 func init() {
 	switch {
 	case os.Getenv(holdEnv) == "1":
@@ -123,8 +125,10 @@ type Holder struct {
 // owns. The process waits until Release; open or bind its namespaces
 // (NSPath) before, as they live only as long as something holds them.
 //
-// The user namespace is made by host uid r.HostID (the holder's parent
-// runs as it, without supplementary groups), so that it is that uid's:
+// The user namespace is made by host uid r.HostID (the process that
+// unshares it, the embedded box init's holder mode or the daemon's binary
+// as the holder's parent, runs as it, without supplementary groups), so
+// that it is that uid's:
 // the kernel charges per-user limits such as fs.inotify.max_user_instances
 // at every level of user namespaces, above a box's to the uid that made
 // it, and a box must not use up host root's. Making a user namespace
@@ -159,11 +163,105 @@ func Hold(r Range, flags uintptr) (*Holder, error) {
 // rootOwnedOnce warns once that Hold fell back to root-owned namespaces.
 var rootOwnedOnce sync.Once
 
-// hold is Hold, with the user namespace made by cred (nil: the caller's).
+// hold is Hold, with the user namespace made by cred (nil: the caller's):
+// by the box init's holder mode where this build embeds one, else (or
+// where that fails and the daemon's binary does not) by the daemon's
+// binary.
 func hold(r Range, flags uintptr, cred *syscall.Credential) (*Holder, error) {
+	f := helperFile()
+	if f == nil {
+		return holdWith(r, flags, cred, nil)
+	}
+	h, err := holdWith(r, flags, cred, f)
+	if err == nil {
+		return h, nil
+	}
+	h, gerr := holdWith(r, flags, cred, nil)
+	if gerr != nil {
+		return nil, errors.Join(err, gerr)
+	}
+	helperFailed(err)
+	return h, nil
+}
+
+// helper is the box init (cmd/corral-init) in a memfd, which Hold runs
+// with --userns-hold: one small C process makes and holds the namespaces
+// where the daemon's binary takes two Go processes. It is nil where this
+// build embeds no init (a plain go build) or it cannot be run.
+var helper struct {
+	sync.Mutex
+	loaded bool
+	f      *os.File
+}
+
+// helperBin is the box init to run as the holder (a variable for tests).
+var helperBin = agentbin.EmbeddedInit
+
+// helperFile returns the memfd of the box init, loading it on first use,
+// or nil.
+func helperFile() *os.File {
+	helper.Lock()
+	defer helper.Unlock()
+	if !helper.loaded {
+		helper.loaded = true
+		if bin := helperBin(); len(bin) > 0 {
+			f, err := loadHelper(bin)
+			if err != nil {
+				slog.Warn("user namespaces: not using the embedded corral-init to make them, but the daemon's binary", "error", err)
+			}
+			helper.f = f
+		}
+	}
+	return helper.f
+}
+
+// helperFailed stops using the helper after it failed where the daemon's
+// binary did not. The memfd stays open: a concurrent Hold may be passing
+// it to its child.
+func helperFailed(err error) {
+	helper.Lock()
+	defer helper.Unlock()
+	if helper.f != nil {
+		helper.f = nil
+		slog.Warn("user namespaces: the embedded corral-init cannot make them here, the daemon's binary does", "error", err)
+	}
+}
+
+// loadHelper copies bin into a sealed, executable memfd.
+func loadHelper(bin []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("corral-userns", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+	if errors.Is(err, unix.EINVAL) { // a kernel before MFD_EXEC
+		fd, err = unix.MemfdCreate("corral-userns", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "corral-userns")
+	if _, err := f.Write(bin); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: seal: %w", err)
+	}
+	return f, nil
+}
+
+// holdWith is hold, by the helper in memfd f, or by the daemon's binary
+// where f is nil.
+func holdWith(r Range, flags uintptr, cred *syscall.Credential, f *os.File) (*Holder, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"corral-userns-owner"}
 	cmd.Env = []string{fmt.Sprintf("%s=%d", ownerEnv, unix.CLONE_NEWUSER|flags)}
+	if f != nil {
+		// The child runs its fd 3, which it may open whatever the mode
+		// of the directories above the daemon's files.
+		cmd = exec.Command("/proc/self/fd/3")
+		cmd.Args = []string{"corral-userns", "--userns-hold", fmt.Sprint(unix.CLONE_NEWUSER | flags)}
+		cmd.Env = []string{}
+		cmd.ExtraFiles = []*os.File{f}
+	}
 	stderr := new(bytes.Buffer)
 	cmd.Stderr = stderr
 	// No parent-death signal: the kernel sends it when the OS thread that

@@ -3,6 +3,7 @@ package userns
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -124,5 +125,86 @@ func TestHoldOutlivesItsThread(t *testing.T) {
 	}
 	if err := s.h.Release(); err != nil {
 		t.Errorf("Release: %v", err)
+	}
+}
+
+// useHelper makes Hold run the box init built from cmd/corral-init, as a
+// build by scripts/build.sh does, until the test ends.
+func useHelper(t *testing.T) {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("needs gcc (scripts/deps.sh) to build cmd/corral-init")
+	}
+	bin := filepath.Join(t.TempDir(), "corral-init")
+	out, err := exec.Command(gcc, "-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-o", bin, "../../cmd/corral-init/init.c").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build cmd/corral-init: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := func(bin func() []byte) {
+		helper.Lock()
+		helper.loaded, helper.f = false, nil
+		helper.Unlock()
+		helperBin = bin
+	}
+	old := helperBin
+	reset(func() []byte { return b })
+	t.Cleanup(func() { reset(old) })
+}
+
+// TestHoldHelper checks that, with the box init embedded, one process of
+// it makes and holds a box's namespaces instead of two starts of the
+// daemon's binary, and that they are the same: owned by the box's base
+// uid, with the box's mapping, setgroups allowed, a network namespace of
+// their own.
+func TestHoldHelper(t *testing.T) {
+	if os.Getenv("CORRAL_TEST_PRIVILEGED") != "1" || os.Geteuid() != 0 {
+		t.Skip("needs root and CORRAL_TEST_PRIVILEGED=1")
+	}
+	useHelper(t)
+	r := Range{HostID: 1<<31 + 11*Size, Size: Size}
+	h, err := Hold(r, unix.CLONE_NEWNET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := fmt.Sprintf("/proc/%d/", h.pid)
+	exe, _ := os.Readlink(proc + "exe")
+	direct := h.pid == h.cmd.Process.Pid
+	var maps []string
+	for _, f := range []string{"uid_map", "gid_map", "setgroups"} {
+		b, err := os.ReadFile(proc + f)
+		if err != nil {
+			t.Error(err)
+		}
+		maps = append(maps, strings.Join(strings.Fields(string(b)), " "))
+	}
+	owner := ownerOf(t, h)
+	netns, err := os.Readlink(h.NSPath("net"))
+	if err != nil {
+		t.Error(err)
+	}
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Error(err)
+	}
+	if err := h.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if !direct || !strings.Contains(exe, "corral-userns") {
+		t.Errorf("holder pid %d is %q, started pid %d: want the daemon's child to be the holder, run from the corral-init memfd", h.pid, exe, h.cmd.Process.Pid)
+	}
+	if owner != r.HostID {
+		t.Errorf("user namespace owned by host uid %d, want %d (the box's base uid)", owner, r.HostID)
+	}
+	m := fmt.Sprintf("0 %d %d", r.HostID, r.Size)
+	if want := []string{m, m, "allow"}; !slices.Equal(maps, want) {
+		t.Errorf("uid_map, gid_map, setgroups %q, want %q", maps, want)
+	}
+	if netns == self {
+		t.Errorf("the holder is in the daemon's network namespace %s", self)
 	}
 }
