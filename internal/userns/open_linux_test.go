@@ -145,6 +145,11 @@ func useHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	setHelper(t, b)
+}
+
+// setHelper makes Hold load the box init bin, until the test ends.
+func setHelper(t *testing.T, bin []byte) {
 	reset := func(bin func() []byte) {
 		helper.Lock()
 		helper.loaded, helper.f = false, nil
@@ -152,7 +157,7 @@ func useHelper(t *testing.T) {
 		helperBin = bin
 	}
 	old := helperBin
-	reset(func() []byte { return b })
+	reset(func() []byte { return bin })
 	t.Cleanup(func() { reset(old) })
 }
 
@@ -206,5 +211,35 @@ func TestHoldHelper(t *testing.T) {
 	}
 	if netns == self {
 		t.Errorf("the holder is in the daemon's network namespace %s", self)
+	}
+}
+
+// TestHoldHelperFails checks that a box init that cannot run (here, not a
+// program at all) does not fail Hold: the daemon's binary makes the
+// namespaces, owned by the box's uid still, and Hold stops trying it.
+func TestHoldHelperFails(t *testing.T) {
+	if os.Getenv("CORRAL_TEST_PRIVILEGED") != "1" || os.Geteuid() != 0 {
+		t.Skip("needs root and CORRAL_TEST_PRIVILEGED=1")
+	}
+	setHelper(t, []byte("#!/nonexistent/interpreter\n"))
+	r := Range{HostID: 1<<31 + 12*Size, Size: Size}
+	for i := 0; i < 2; i++ {
+		h, err := Hold(r, unix.CLONE_NEWNET)
+		if err != nil {
+			t.Fatalf("Hold %d with a box init that cannot run: %v", i, err)
+		}
+		owner := ownerOf(t, h)
+		if err := h.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if owner != r.HostID {
+			t.Errorf("Hold %d: user namespace owned by host uid %d, want %d", i, owner, r.HostID)
+		}
+	}
+	helper.Lock()
+	f := helper.f
+	helper.Unlock()
+	if f != nil {
+		t.Errorf("Hold still uses a box init that failed where the daemon's binary did not")
 	}
 }
