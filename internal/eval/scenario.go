@@ -8,7 +8,6 @@ package eval
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -284,17 +283,9 @@ func LoadSuite(path string) ([]*Scenario, error) {
 
 // Load reads and parses the scenario file at path.
 func Load(path string) (*Scenario, error) {
-	f, err := os.Open(path)
+	data, err := spec.ReadFile(path, "scenario", maxScenarioSize)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("scenario %s does not exist: %w", path, errdefs.ErrNotFound)
-		}
-		return nil, fmt.Errorf("read scenario: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxScenarioSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
+		return nil, err
 	}
 	s, err := Parse(data, path)
 	if err != nil {

@@ -55,19 +55,30 @@ func (e *FieldError) Error() string {
 // Unwrap classifies every spec problem as invalid input.
 func (e *FieldError) Unwrap() error { return errdefs.ErrInvalidArgument }
 
-// Load reads and parses the spec at path and sets Dir to its directory.
-func Load(path string) (*Spec, error) {
+// ReadFile reads the file at path, a kind ("spec", "scenario") that names
+// it in errors, up to one byte more than max so that the parser can say it
+// is too large. A missing file is errdefs.ErrNotFound.
+func ReadFile(path, kind string, max int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("spec %s does not exist: %w", path, errdefs.ErrNotFound)
+			return nil, fmt.Errorf("%s %s does not exist: %w", kind, path, errdefs.ErrNotFound)
 		}
-		return nil, fmt.Errorf("read spec: %w", err)
+		return nil, fmt.Errorf("read %s: %w", kind, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("read spec: %w", err)
+		return nil, fmt.Errorf("read %s: %w", kind, err)
+	}
+	return data, nil
+}
+
+// Load reads and parses the spec at path and sets Dir to its directory.
+func Load(path string) (*Spec, error) {
+	data, err := ReadFile(path, "spec", MaxSize)
+	if err != nil {
+		return nil, err
 	}
 	s, err := Parse(data, path)
 	if err != nil {
