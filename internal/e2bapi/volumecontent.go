@@ -38,13 +38,28 @@ type volumeEntry struct {
 // whose ids on the volume's disk are box root's (volumes are mounted
 // idmapped into boxes).
 func (a *API) volumeContentRoutes(r map[string]http.HandlerFunc) {
-	r["GET /volumecontent/{id}/dir"] = a.volumeList
-	r["POST /volumecontent/{id}/dir"] = a.volumeMakeDir
-	r["GET /volumecontent/{id}/path"] = a.volumeStat
-	r["PATCH /volumecontent/{id}/path"] = a.volumeUpdate
-	r["DELETE /volumecontent/{id}/path"] = a.volumeRemove
-	r["GET /volumecontent/{id}/file"] = a.volumeRead
-	r["PUT /volumecontent/{id}/file"] = a.volumeWrite
+	r["GET /volumecontent/{id}/dir"] = a.inVolume(a.volumeList)
+	r["POST /volumecontent/{id}/dir"] = a.inVolume(a.volumeMakeDir)
+	r["GET /volumecontent/{id}/path"] = a.inVolume(a.volumeStat)
+	r["PATCH /volumecontent/{id}/path"] = a.inVolume(a.volumeUpdate)
+	r["DELETE /volumecontent/{id}/path"] = a.inVolume(a.volumeRemove)
+	r["GET /volumecontent/{id}/file"] = a.inVolume(a.volumeRead)
+	r["PUT /volumecontent/{id}/file"] = a.inVolume(a.volumeWrite)
+}
+
+// inVolume serves h with the root of the volume the request names, open
+// for the request, and the request's path in it (rel, resolved; p, as
+// given, for messages).
+func (a *API) inVolume(h func(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		root, rel, err := a.volumeRoot(r)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		defer root.Close()
+		h(w, r, root, rel, r.URL.Query().Get("path"))
+	}
 }
 
 // volumeRoot opens the root directory of the volume the request names
@@ -192,13 +207,8 @@ func force(r *http.Request) bool {
 
 // volumeList is GET /volumecontent/{id}/dir (volume.list): the entries
 // of a directory, depth levels deep (1: its own).
-func (a *API) volumeList(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
+func (a *API) volumeList(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
+	var err error
 	depth := 1
 	if s := r.URL.Query().Get("depth"); s != "" {
 		if depth, err = strconv.Atoi(s); err != nil || depth < 1 {
@@ -242,14 +252,7 @@ func (a *API) volumeList(w http.ResponseWriter, r *http.Request) {
 
 // volumeMakeDir is POST /volumecontent/{id}/dir (volume.makeDir): force
 // makes the missing parents too and takes a directory that exists.
-func (a *API) volumeMakeDir(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
-	p := r.URL.Query().Get("path")
+func (a *API) volumeMakeDir(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
 	uid, gid, mode, err := ownership(r, 0o755)
 	if err != nil {
 		a.fail(w, r, err)
@@ -282,25 +285,14 @@ func (a *API) answerEntry(w http.ResponseWriter, r *http.Request, root *os.Root,
 }
 
 // volumeStat is GET /volumecontent/{id}/path (volume.getInfo, exists).
-func (a *API) volumeStat(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
+func (a *API) volumeStat(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
 	a.answerEntry(w, r, root, rel, r.URL.Query().Get("path"), http.StatusOK, nil)
 }
 
 // volumeUpdate is PATCH /volumecontent/{id}/path
 // (volume.updateMetadata): uid, gid and mode, each when given.
-func (a *API) volumeUpdate(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
+func (a *API) volumeUpdate(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
+	var err error
 	var req struct {
 		UID  *uint32 `json:"uid"`
 		GID  *uint32 `json:"gid"`
@@ -314,7 +306,6 @@ func (a *API) volumeUpdate(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("mode %o: want permission bits up to 07777: %w", *req.Mode, errdefs.ErrInvalidArgument))
 		return
 	}
-	p := r.URL.Query().Get("path")
 	if req.UID != nil || req.GID != nil {
 		uid, gid := -1, -1
 		if req.UID != nil {
@@ -333,14 +324,8 @@ func (a *API) volumeUpdate(w http.ResponseWriter, r *http.Request) {
 
 // volumeRemove is DELETE /volumecontent/{id}/path (volume.remove): a file,
 // or a directory with what it holds.
-func (a *API) volumeRemove(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
-	p := r.URL.Query().Get("path")
+func (a *API) volumeRemove(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
+	var err error
 	if rel == "." {
 		a.fail(w, r, fmt.Errorf("path %s is the volume's root: remove the volume with DELETE /volumes/%s: %w", p, r.PathValue("id"), errdefs.ErrInvalidArgument))
 		return
@@ -356,14 +341,7 @@ func (a *API) volumeRemove(w http.ResponseWriter, r *http.Request) {
 }
 
 // volumeRead is GET /volumecontent/{id}/file (volume.readFile).
-func (a *API) volumeRead(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
-	p := r.URL.Query().Get("path")
+func (a *API) volumeRead(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		a.fail(w, r, volumeError(p, err))
@@ -387,14 +365,7 @@ func (a *API) volumeRead(w http.ResponseWriter, r *http.Request) {
 // volumeWrite is PUT /volumecontent/{id}/file (volume.writeFile): the body
 // replaces the file (made when missing); force makes missing parent
 // directories too.
-func (a *API) volumeWrite(w http.ResponseWriter, r *http.Request) {
-	root, rel, err := a.volumeRoot(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	defer root.Close()
-	p := r.URL.Query().Get("path")
+func (a *API) volumeWrite(w http.ResponseWriter, r *http.Request, root *os.Root, rel, p string) {
 	if rel == "." {
 		a.fail(w, r, fmt.Errorf("path %s is the volume's root directory, not a file: %w", p, errdefs.ErrInvalidArgument))
 		return
